@@ -1,0 +1,3 @@
+from capdiag.cli import run
+
+run()

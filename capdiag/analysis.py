@@ -1,0 +1,79 @@
+"""The pipeline: source → facts → launches → engine. The CLI calls this and renders the result."""
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+
+from capdiag import facts as F
+from capdiag.engine import Firing, Knowledge, run
+from capdiag.errors import InputError
+from capdiag.launches import Launch, pick_launch, split_launches
+from capdiag.parsing import read_facts
+from capdiag.gpus import gpu_total_fact
+from capdiag.rules import ALL
+from capdiag.source import candidate_lines, open_input, physical_lines
+
+
+@attrs.frozen
+class Analysis:
+    path: str
+    framework: str
+    launches: tuple[Launch, ...]
+    launch: Launch
+    knowledge: Knowledge
+    firings: tuple[Firing, ...]
+    lines_read: int
+
+
+class _Counter:
+    """Counts physical lines as they stream past, so the file is read once."""
+
+    def __init__(self, numbered):
+        self.numbered, self.count = numbered, 0
+
+    def __iter__(self):
+        for item in self.numbered:
+            self.count = item[0]
+            yield item
+
+
+def read_log(path: str) -> tuple[list[F.Fact], int]:
+    """Every fact in a log, in line order, and the number of lines read."""
+    stream = open_input(path)
+    try:
+        counter = _Counter(physical_lines(stream))
+        facts = list(read_facts(candidate_lines(counter)))
+    finally:
+        if path != "-":
+            stream.close()
+    if counter.count == 0:
+        raise InputError(f"{path}: the log is empty")
+    if not facts:
+        raise InputError(f"{path}: no SGLang start-up line recognised in {counter.count} lines")
+    return facts, counter.count
+
+
+def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[int] = None,
+            token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
+            gpu_total_gib: Optional[float] = None) -> Analysis:
+    facts, lines = read_log(path)
+    launches = split_launches(facts)
+    if launch is not None and not 1 <= launch <= len(launches):
+        raise InputError(f"--launch {launch}: the log holds {len(launches)} launch(es)")
+    chosen = pick_launch(launches, launch)
+    inputs: list[F.Fact] = [F.Options(evidence=F.Evidence(F.INPUT_LINE, _options_text(target_rank, token_lengths), 0),
+                                      target_rank=target_rank or 0, token_lengths=tuple(token_lengths))]
+    total = gpu_total_fact(gpu, gpu_total_gib)
+    if total is not None:
+        inputs.append(total)
+    kb = Knowledge(chosen.facts + tuple(inputs))
+    firings = run(ALL, kb)
+    if target_rank is not None and not kb.get("target_rank").known:
+        raise InputError(f"--target-rank {target_rank}: {kb.get('target_rank').value.reason}")
+    return Analysis(path, "sglang", tuple(launches), chosen, kb, tuple(firings), lines)
+
+
+def _options_text(target_rank, token_lengths) -> str:
+    return (f"--target-rank {target_rank if target_rank is not None else 0} "
+            f"--token-lengths {','.join(str(n) for n in token_lengths)}")

@@ -1,0 +1,100 @@
+"""Command line: `capdiag explain LOG` and `capdiag facts LOG`. Wiring only."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import attrs
+import click
+
+from capdiag import __version__
+from capdiag.analysis import analyse, read_log
+from capdiag.errors import InputError
+from capdiag.launches import split_launches
+from capdiag.render import FORMATS, render
+from capdiag.report import build
+
+
+def _lengths(_ctx, _param, value: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter("a comma-separated list of whole numbers, e.g. 4096,8192") from None
+    if not lengths or any(n <= 0 for n in lengths):
+        raise click.BadParameter("request lengths must be positive")
+    return lengths
+
+
+def _write(text: str, output: Optional[str]) -> None:
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise InputError(f"{output}: cannot be written ({exc.strerror})") from None
+    else:
+        click.echo(text, nl=False)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="capdiag")
+def main() -> None:
+    """Explains where an LLM server's GPU memory went, from its start-up log."""
+
+
+@main.command()
+@click.argument("log")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
+@click.option("--target-rank", type=click.IntRange(min=0), help="TP rank to break down (default 0).")
+@click.option("--token-lengths", default="4096,6144,8192", show_default=True, callback=_lengths,
+              help="Request lengths (tokens) for the concurrency table.")
+@click.option("--gpu", help="GPU alias from references/gpu-specs.json (e.g. h100_sxm, h200, a100_80gb_sxm).")
+@click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB (beats --gpu's reference figure).")
+@click.option("--launch", type=click.IntRange(min=1), help="Which start-up in the file (default: the last that got furthest).")
+def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, launch):
+    """Explain where each GPU's memory went in LOG (a path, - for stdin, or a .gz file)."""
+    a = analyse(log, launch=launch, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
+                gpu_total_gib=gpu_total_gib)
+    _write(render(build(a), fmt), output)
+
+
+@main.command()
+@click.argument("log")
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
+def facts(log, fmt):
+    """List every typed fact read from LOG, with its launch and line."""
+    found, _ = read_log(log)
+    launches = split_launches(found)
+    rows = [(launch.index, fact) for launch in launches for fact in launch.facts]
+    if fmt == "json":
+        out = [{"kind": f.kind, "launch": n, "line": f.evidence.line, "rank": attrs.asdict(f.rank),
+                "role": f.role, "values": _values(f), "text": f.evidence.text} for n, f in rows]
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
+        return
+    for n, f in rows:
+        values = ", ".join(f"{k}={v!r}" for k, v in _values(f).items() if v not in (None, {}, ()))
+        click.echo(f"L{n} line {f.evidence.line:>6}  {f.rank.label:<14} {f.role:<6} {f.kind}: {values}"[:400])
+
+
+def _values(fact) -> dict:
+    skip = {"evidence", "rank", "role", "role_stated"}
+    values = {k: v for k, v in attrs.asdict(fact, recurse=False).items() if k not in skip}
+    if "fields" in values:
+        values["fields"] = f"<{len(values['fields'])} fields>"
+    return values
+
+
+def run() -> None:
+    """Entry point: input problems become one line on stderr and exit code 2."""
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except InputError as exc:
+        click.echo(f"capdiag: error: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,148 @@
+"""A small forward-chaining engine: rules over facts and earlier conclusions, to a fixpoint.
+
+Every conclusion is a `Derived` that records the rule that drew it and the premises it was
+drawn from (facts or other conclusions). Walking the premises back ends at facts, and so at
+log lines: that walk is the evidence chain the report shows.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
+
+import attrs
+
+from capdiag import facts as F
+
+
+@attrs.frozen
+class Unknown:
+    """A value the inputs do not determine, with the reason. Never a zero, never a default."""
+
+    reason: str
+
+
+@attrs.frozen(eq=False)
+class Derived:
+    topic: str  # "breakdown", "concurrency", "config", "finding", …
+    key: Any  # identifies the conclusion within its topic
+    value: Any  # a number, text, mapping, or Unknown
+    rule: str
+    premises: tuple = ()
+    formula: str = ""  # how the value follows from the premises, in words and numbers
+    detail: dict = attrs.Factory(dict)
+
+    @property
+    def known(self) -> bool:
+        return not isinstance(self.value, Unknown)
+
+
+@attrs.frozen(eq=False)
+class Finding(Derived):
+    severity: str = "info"  # info | warning | error
+    title: str = ""
+    action: str = ""
+
+    @property
+    def message(self) -> str:
+        return self.formula
+
+
+Premise = Union[F.Fact, Derived]
+
+
+@attrs.frozen
+class Rule:
+    """A named pure function of the knowledge base; its docstring is its documentation."""
+
+    name: str
+    func: Callable[["Knowledge"], Iterable[Derived]]
+    code: Optional[str] = None  # set for rules that raise findings, e.g. "CD101"
+    severity: Optional[str] = None  # their default severity
+
+    @property
+    def doc(self) -> str:
+        return (self.func.__doc__ or "").strip()
+
+    def __call__(self, kb: "Knowledge") -> Iterable[Derived]:
+        return self.func(kb)
+
+
+def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None) -> Callable[[Callable], Rule]:
+    def wrap(func: Callable) -> Rule:
+        return Rule(name, func, code, severity)
+    return wrap
+
+
+@attrs.define
+class Knowledge:
+    """What the rules see: the analysed launch's facts, the user's inputs, conclusions so far."""
+
+    facts: tuple[F.Fact, ...]
+    derived: dict[tuple, Derived] = attrs.Factory(dict)
+
+    def of(self, *kinds: type, rank: Optional[tuple] = None, role: Optional[str] = "target") -> list:
+        return [f for f in self.facts if isinstance(f, kinds)
+                and (rank is None or f.rank.key() == rank) and (role is None or f.role == role)]
+
+    def first(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
+        found = self.of(kind, rank=rank, role=role)
+        return found[0] if found else None
+
+    def last(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
+        found = self.of(kind, rank=rank, role=role)
+        return found[-1] if found else None
+
+    def get(self, topic: str, key: Any = None) -> Optional[Derived]:
+        return self.derived.get((topic, key))
+
+    def value(self, topic: str, key: Any = None) -> Any:
+        d = self.get(topic, key)
+        return d.value if d is not None and d.known else None
+
+    def topic(self, topic: str) -> list[Derived]:
+        return [d for (t, _), d in self.derived.items() if t == topic]
+
+
+@attrs.frozen
+class Firing:
+    rule: str
+    conclusion: Derived
+
+
+def run(rules: Iterable[Rule], kb: Knowledge) -> list[Firing]:
+    """Fire every rule until none concludes anything new; returns the firings in order.
+
+    A conclusion is identified by (topic, key) and drawn once: the first rule to draw it
+    wins, so a rule never fires twice on the same premises. Rule order is fixed, so the
+    result is deterministic.
+    """
+    rules = list(rules)
+    firings: list[Firing] = []
+    changed = True
+    while changed:
+        changed = False
+        for r in rules:
+            for conclusion in r(kb) or ():
+                ident = (conclusion.topic, conclusion.key)
+                if ident in kb.derived:
+                    continue
+                kb.derived[ident] = conclusion
+                firings.append(Firing(r.name, conclusion))
+                changed = True
+    return firings
+
+
+def evidence_chain(d: Premise) -> Iterator[F.Fact]:
+    """The facts a conclusion rests on, depth first, each once, in line order."""
+    seen: set[int] = set()
+    stack: list[Premise] = [d]
+    found: list[F.Fact] = []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, F.Fact):
+            found.append(node)
+        else:
+            stack.extend(node.premises)
+    return iter(sorted(found, key=lambda f: f.evidence.line))

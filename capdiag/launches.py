@@ -1,0 +1,97 @@
+"""Splits a file's facts into start-ups ("launches") and tells target lines from draft lines.
+
+A file can hold a crash and then a restart. A new launch starts at a `server_args` line once
+scheduler lines have been seen, or when a rank begins loading weights again after the
+previous start-up finished or failed.
+
+Under speculative decoding a rank runs two model workers, and the draft worker prints the
+same lines as the target: the first weight load of a rank is the target's, the second the
+draft's; pool lines belong to the worker whose `Memory pool end` closes them. Graph lines
+from v0.5.14 name their role themselves.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Iterable, Optional
+
+import attrs
+
+from capdiag import facts as F
+from capdiag.parsing import with_launch
+
+_MAIN_PROCESS = (F.ServerArgs, F.ModelPathHint)
+_FAILURES = (F.SchedulerException, F.OutOfMemory, F.NotEnoughMemory)
+
+
+@attrs.frozen
+class Launch:
+    index: int  # 1-based, in file order
+    facts: tuple[F.Fact, ...]
+
+    @property
+    def phase(self) -> str:
+        reached = [F.PHASES.index(F.PHASE_OF[type(f)]) for f in self.facts if type(f) in F.PHASE_OF]
+        return F.PHASES[max(reached)] if reached else "init"
+
+    @property
+    def failure(self) -> Optional[F.Fact]:
+        return next((f for f in self.facts if isinstance(f, _FAILURES)), None)
+
+    @property
+    def first_line(self) -> int:
+        return min(f.evidence.line for f in self.facts)
+
+    @property
+    def last_line(self) -> int:
+        return max(f.evidence.line for f in self.facts)
+
+
+def split_launches(facts: Iterable[F.Fact]) -> list[Launch]:
+    launches: list[list[F.Fact]] = [[]]
+    begins: Counter = Counter()
+    finished = False
+    for fact in facts:
+        current = launches[-1]
+        scheduler_seen = any(not isinstance(f, _MAIN_PROCESS) for f in current)
+        restart = (isinstance(fact, F.ServerArgs) and scheduler_seen) or (
+            isinstance(fact, (F.LoadWeightBegin, F.TorchDistributedBegin))
+            and (finished or begins[(type(fact), fact.rank.key())] >= 2))
+        if restart:
+            launches.append([])
+            begins.clear()
+            finished = False
+        if isinstance(fact, (F.LoadWeightBegin, F.TorchDistributedBegin)):
+            begins[(type(fact), fact.rank.key())] += 1
+        finished = finished or isinstance(fact, (F.ServerReady,) + _FAILURES)
+        launches[-1].append(fact)
+    return [Launch(i, tuple(assign_roles(with_launch(f, i) for f in group)))
+            for i, group in enumerate((g for g in launches if g), start=1)]
+
+
+def assign_roles(facts: Iterable[F.Fact]) -> list[F.Fact]:
+    """Mark the draft worker's lines (speculative decoding) within one launch."""
+    seen: dict[tuple, int] = defaultdict(int)
+    pools_closed: dict[tuple, int] = defaultdict(int)
+    out = []
+    for fact in facts:
+        rank = fact.rank.key()
+        role = fact.role
+        if isinstance(fact, (F.LoadWeightBegin, F.LoadWeightEnd, F.TorchDistributedEnd, F.MemoryPoolEnd)):
+            seen[(type(fact), rank)] += 1
+            role = "draft" if seen[(type(fact), rank)] == 2 else "target"
+        elif isinstance(fact, (F.KVCacheAllocated, F.SWAKVPoolUsage, F.MambaCacheAllocated)):
+            role = "draft" if pools_closed[rank] == 1 else "target"
+        elif isinstance(fact, (F.GraphCaptureBegin, F.GraphCaptureEnd)) and not fact.role_stated:
+            role = "draft" if pools_closed[rank] >= 2 and seen[(F.LoadWeightEnd, rank)] >= 2 else "target"
+        if isinstance(fact, F.MemoryPoolEnd):
+            pools_closed[rank] += 1
+        out.append(fact if role == fact.role else attrs.evolve(fact, role=role))
+    return out
+
+
+def pick_launch(launches: list[Launch], wanted: Optional[int]) -> Launch:
+    """The launch asked for, else the last of those that got furthest."""
+    if wanted is not None:
+        return launches[wanted - 1]
+    best = max(F.PHASES.index(l.phase) for l in launches)
+    return [l for l in launches if F.PHASES.index(l.phase) == best][-1]

@@ -1,0 +1,105 @@
+"""Per-rank `observed` values: figures exactly as the log prints them, under the report keys of
+the JSON contract (shared spec: report-json.md). Nothing here computes; it only files facts.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+from capdiag import facts as F
+
+# (fact kind, attribute, observed key). The first line of a kind on a rank fills the key.
+_SIMPLE = (
+    (F.LoadWeightBegin, "avail_gib", "load_weight_begin_avail_gib"),
+    (F.LoadWeightEnd, "avail_gib", "load_weight_end_avail_gib"),
+    (F.LoadWeightEnd, "mem_usage_gib", "weight_mem_usage_gib"),
+    (F.TorchDistributedEnd, "mem_usage_gib", "torch_distributed_mem_usage_gib"),
+    (F.MemoryPoolEnd, "avail_gib", "memory_pool_end_avail_gib"),
+    (F.MambaCacheAllocated, "max_cache_size", "mamba_max_cache_size"),
+    (F.MambaCacheAllocated, "conv_gib", "mamba_conv_state_gib"),
+    (F.MambaCacheAllocated, "ssm_gib", "mamba_ssm_state_gib"),
+    (F.MemoryProfiling, "available_gpu_memory_gib", "memory_profiling_available_gpu_memory_gib"),
+    (F.MemoryProfiling, "total_gpu_memory_gib", "memory_profiling_total_gpu_memory_gib"),
+    (F.MemoryProfiling, "rest_memory_gib", "memory_profiling_rest_memory_gib"),
+    (F.DSV4MemoryCalculation, "available_bytes_gib", "dsv4_available_bytes_gib"),
+    (F.DSV4MemoryCalculation, "full_token", "dsv4_full_token"),
+    (F.DSV4MemoryCalculation, "bytes_per_full_token", "dsv4_bytes_per_full_token"),
+    (F.SWAKVPoolUsage, "gib", "swa_kv_pool_mem_usage_gib"),
+    (F.SWAKVPoolUsage, "full_size", "swa_kv_pool_full_size"),
+    (F.SWAKVPoolUsage, "swa_size", "swa_kv_pool_swa_size"),
+    (F.PostCaptureKVSizing, "kv_gib", "post_capture_kv_size_gib"),
+    (F.PostCaptureKVSizing, "tokens", "post_capture_kv_tokens"),
+    (F.TokenBudget, "max_total_num_tokens", "max_total_num_tokens"),
+    (F.TokenBudget, "max_running_requests", "max_running_requests"),
+    (F.TokenBudget, "context_len", "context_len"),
+    (F.TokenBudget, "chunked_prefill_size", "chunked_prefill_size"),
+    (F.TokenBudget, "available_gpu_mem_gib", "available_gpu_mem_gib"),
+    (F.TokenBudget, "available_cpu_mem_gib", "available_cpu_mem_gib"),
+    (F.OutOfMemory, "tried_to_allocate_mib", "oom_tried_to_allocate_mib"),
+    (F.OutOfMemory, "total_capacity_gib", "oom_total_capacity_gib"),
+    (F.OutOfMemory, "free_mib", "oom_free_mib"),
+    (F.OutOfMemory, "process_in_use_gib", "oom_process_in_use_gib"),
+    (F.OutOfMemory, "allocated_by_pytorch_gib", "oom_allocated_by_pytorch_gib"),
+    (F.OutOfMemory, "reserved_unallocated_mib", "oom_reserved_unallocated_mib"),
+)
+_LAST_WINS = (F.OutOfMemory,)  # "the last such message of the launch"
+
+
+def _kv(lines: list[F.KVCacheAllocated]) -> dict[str, Any]:
+    real = [f for f in lines if not f.va_upper_bound]
+    main = next((f for f in real if f.label in (None, "Full")), real[0] if real else None)
+    if main is None:
+        return {}
+    return {"kv_tokens": main.tokens, "k_size_gib": main.k_gib, "v_size_gib": main.v_gib, "kv_size_gib": main.kv_gib}
+
+
+def _graphs(ends: list[F.GraphCaptureEnd], role: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if role == "draft":
+        usage = [e.mem_usage_gib for e in ends if e.mem_usage_gib is not None]
+        if usage:
+            out["cuda_graph_mem_usage_gib"] = round(sum(usage), 2)
+        return out
+    main = next((e for e in ends if e.graph in ("decode", "verify")), None)
+    if main is not None:
+        out["cuda_graph_mem_usage_gib"] = main.mem_usage_gib
+        out["cuda_graph_end_avail_gib"] = main.avail_gib
+    for kind in ("piecewise", "prefill"):
+        end = next((e for e in ends if e.graph == kind), None)
+        if end is not None:
+            out[f"{kind}_cuda_graph_mem_usage_gib"] = end.mem_usage_gib
+            out[f"{kind}_cuda_graph_end_avail_gib"] = end.avail_gib
+    return out
+
+
+def owner(fact: F.Fact) -> tuple:
+    """The rank a fact is filed under: an untagged OOM message belongs to the GPU it names."""
+    if isinstance(fact, F.OutOfMemory) and not fact.rank.tagged and fact.gpu is not None:
+        return (0, 0, fact.gpu)
+    return fact.rank.key()
+
+
+def observed_by_rank(facts: Iterable[F.Fact]) -> dict[tuple, dict[str, Any]]:
+    grouped: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for fact in facts:
+        grouped[owner(fact)][fact.role].append(fact)
+    result: dict[tuple, dict[str, Any]] = {}
+    for rank, by_role in grouped.items():
+        values: dict[str, Any] = {}
+        for role in ("target", "draft"):
+            items = by_role.get(role, [])
+            prefix = "draft_" if role == "draft" else ""
+            own: dict[str, Any] = {}
+            for kind, attr, key in _SIMPLE:
+                found = [f for f in items if isinstance(f, kind) and getattr(f, attr) is not None]
+                if found:
+                    own[key] = getattr(found[-1] if kind in _LAST_WINS else found[0], attr)
+            own.update(_kv([f for f in items if isinstance(f, F.KVCacheAllocated)]))
+            own.update(_graphs([f for f in items if isinstance(f, F.GraphCaptureEnd)], role))
+            begin = next((f for f in items if isinstance(f, F.GraphCaptureBegin)
+                          and f.graph in ("decode", "verify") and f.avail_gib is not None), None)
+            if begin is not None:
+                own["cuda_graph_begin_avail_gib"] = begin.avail_gib
+            values.update({prefix + k: v for k, v in own.items() if v is not None})
+        result[rank] = values
+    return result

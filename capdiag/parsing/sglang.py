@@ -1,0 +1,321 @@
+"""SGLang log lines → facts, through grammar/sglang.lark and a Transformer.
+
+The grammar reads a line into its prefix (time, rank tags) and a body of a known kind with
+a generic `key=value` field list; this module names the fields each kind carries and builds
+the fact. Lines of other kinds fail to parse and are skipped by the caller.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Optional
+
+import attrs
+from lark import Lark, Token, Transformer
+
+from capdiag import facts as F
+from capdiag.parsing.literal import parse_call_or_dict
+from capdiag.resources import grammar_text
+
+
+@attrs.frozen
+class Quantity:
+    value: float | int
+    unit: Optional[str]
+
+
+@attrs.frozen
+class Parsed:
+    """A parsed line before it is tied to its evidence."""
+
+    rank: F.Rank
+    cls: type
+    values: dict[str, Any]
+
+
+_UNIT_TO_MIB = {"GiB": 1024.0, "GB": 1024.0, "MiB": 1.0, "MB": 1.0, "KiB": 1 / 1024, "KB": 1 / 1024}
+
+
+def _number(text: str) -> float | int:
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
+def _num(fields: dict, *keys: str) -> Optional[float | int]:
+    """The number under the first key present (SGLang's GB are GiB: no conversion)."""
+    for key in keys:
+        value = fields.get(key)
+        if isinstance(value, Quantity):
+            return value.value
+        if isinstance(value, str) and value in ("None", "none"):
+            return None
+    return None
+
+
+def _int(fields: dict, *keys: str) -> Optional[int]:
+    value = _num(fields, *keys)
+    return int(value) if value is not None else None
+
+
+def _word(fields: dict, key: str) -> Optional[str]:
+    value = fields.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _graph_words(head: str) -> tuple[str, str, Optional[str]]:
+    """(graph, device, stated role) from `Capture [role] [kind] <device> graph …`."""
+    words = head.split(" graph")[0].split()[1:]
+    lowered = [w.lower() for w in words]
+    role = "draft" if "draft" in lowered else ("target" if "target" in lowered else None)
+    graph = next((w for w in lowered if w in ("decode", "verify", "prefill", "extend", "piecewise")), "decode")
+    device = words[-1] if words and lowered[-1] not in ("draft", "target", graph) else "cuda"
+    return graph, device, role
+
+
+class _Lines(Transformer):
+    # ---- prefix
+    def rank_tag(self, items):
+        tag = str(items[0])
+        name = tag.rstrip("0123456789")
+        return (name.lower(), int(tag[len(name):]))
+
+    def prefix(self, items):
+        return F.Rank(**{k: v for k, v in (i for i in items if isinstance(i, tuple))})
+
+    def gpu_tag(self, items):
+        return F.Rank(tp=int(items[-1]))
+
+    # ---- generic fields
+    def quantity(self, items):
+        return Quantity(_number(str(items[0])), str(items[1]) if len(items) > 1 else None)
+
+    def word(self, items):
+        return str(items[0])
+
+    def list_value(self, items):
+        return [i for i in items if i is not None and not isinstance(i, Token)]
+
+    def elided(self, _):
+        return ("...", True)
+
+    def key(self, items):
+        return " ".join(str(t) for t in items).lower()
+
+    def field(self, items):
+        return (items[0], items[2])
+
+    def fields(self, items):
+        out: dict[str, Any] = {}
+        for item in items:
+            if isinstance(item, tuple):
+                out.setdefault(item[0], item[1])
+        return out
+
+    # ---- bodies: (fact class, attribute values) or None when a required field is absent
+    def server_args(self, items):
+        try:
+            parsed = parse_call_or_dict(str(items[1]))
+        except ValueError:
+            return (F.ServerArgs, {"fields": {}, "style": "unparsed", "truncated_at": 0})
+        return (F.ServerArgs, {"fields": parsed.fields, "style": parsed.style,
+                               "truncated_at": parsed.truncated_at, "elided": parsed.elided})
+
+    def dist_begin(self, _):
+        return (F.TorchDistributedBegin, {})
+
+    def dist_end(self, items):
+        f = items[-1]
+        return (F.TorchDistributedEnd, {"mem_usage_gib": _num(f, "mem usage"), "elapsed_s": _num(f, "elapsed")})
+
+    def load_begin(self, items):
+        avail = _num(items[-1], "avail mem")
+        return None if avail is None else (F.LoadWeightBegin, {"avail_gib": avail})
+
+    def load_end(self, items):
+        f = items[-1]
+        return (F.LoadWeightEnd, {"avail_gib": _num(f, "avail mem"), "mem_usage_gib": _num(f, "mem usage"),
+                                  "model_class": _word(f, "type"), "dtype": _word(f, "dtype"),
+                                  "quant": _word(f, "quant"), "elapsed_s": _num(f, "elapsed")})
+
+    def load_committed(self, _):
+        return (F.WeightsCommitted, {})
+
+    def kv_alloc(self, items):
+        head, f = str(items[0]), items[-1]
+        label = head.split()[0] if head.startswith(("Full ", "SWA ")) else None
+        return (F.KVCacheAllocated, {"label": label, "dtype": _word(f, "dtype"), "tokens": _int(f, "#tokens"),
+                                     "k_gib": _num(f, "k size"), "v_gib": _num(f, "v size"),
+                                     "kv_gib": _num(f, "kv size"), "va_upper_bound": "VA upper bound" in head})
+
+    def swa_pool(self, items):
+        f = items[-1]
+        return (F.SWAKVPoolUsage, {"gib": _num(f, "mem usage", "va upper bound"), "swa_size": _int(f, "swa size"),
+                                   "full_size": _int(f, "full size"), "va_upper_bound": "va upper bound" in f})
+
+    def mamba_alloc(self, items):
+        f = items[-1]
+        return (F.MambaCacheAllocated, {
+            "max_cache_size": _int(f, "max_mamba_cache_size"), "conv_gib": _num(f, "conv_state size"),
+            "ssm_gib": _num(f, "ssm_state size"),
+            "intermediate_ssm_gib": _num(f, "intermediate_ssm_state_cache size"),
+            "intermediate_conv_gib": _num(f, "intermediate_conv_window_cache size")})
+
+    def pool_end(self, items):
+        avail = _num(items[-1], "avail mem")
+        return None if avail is None else (F.MemoryPoolEnd, {"avail_gib": avail})
+
+    def graph_begin(self, items):
+        graph, device, role = _graph_words(str(items[0]))
+        f = items[1] if len(items) > 1 else {}
+        return (F.GraphCaptureBegin, {"graph": graph, "device": device, "avail_gib": _num(f, "avail mem"),
+                                      "_role": role})
+
+    def graph_end(self, items):
+        graph, device, role = _graph_words(str(items[0]))
+        f = items[1] if len(items) > 1 else {}
+        return (F.GraphCaptureEnd, {"graph": graph, "device": device,
+                                    "elapsed_s": _num(f, "time elapsed", "elapsed"),
+                                    "mem_usage_gib": _num(f, "mem usage"), "avail_gib": _num(f, "avail mem"),
+                                    "_role": role})
+
+    def token_budget(self, items):
+        total = items[2]
+        f = items[-1] if isinstance(items[-1], dict) else {}
+        return (F.TokenBudget, {
+            "max_total_num_tokens": int(total.value), "chunked_prefill_size": _int(f, "chunked_prefill_size"),
+            "max_prefill_tokens": _int(f, "max_prefill_tokens"),
+            "max_running_requests": _int(f, "max_running_requests"), "context_len": _int(f, "context_len"),
+            "available_gpu_mem_gib": _num(f, "available_gpu_mem"),
+            "available_cpu_mem_gib": _num(f, "available_cpu_mem")})
+
+    def mem_profiling(self, items):
+        f = items[-1]
+        return (F.MemoryProfiling, {
+            "available_gpu_memory_gib": _num(f, "available_gpu_memory"),
+            "total_gpu_memory_gib": _num(f, "total_gpu_memory"),
+            "mem_fraction_static": _num(f, "mem_fraction_static"), "rest_memory_gib": _num(f, "rest_memory")})
+
+    def dsv4_calc(self, items):
+        f = items[-1]
+        fixed = {k: v.value for k, v in f.items() if k.endswith("_fixed") and isinstance(v, Quantity)}
+        return (F.DSV4MemoryCalculation, {
+            "bytes_per_full_token": _num(f, "bytes_per_full_token"),
+            "available_bytes_gib": _num(f, "available_bytes"), "full_token": _int(f, "full_token"),
+            "fixed_gib": fixed})
+
+    def dsv4_pool_sizes(self, _):
+        return None
+
+    def post_capture_kv(self, items):
+        f = items[-1]
+        return (F.PostCaptureKVSizing, {"dtype": _word(f, "dtype"), "tokens": _int(f, "#tokens"),
+                                        "kv_gib": _num(f, "kv size"), "avail_gib": _num(f, "avail mem")})
+
+    def post_capture(self, _):
+        return None
+
+    def kv_dtype(self, items):
+        return (F.KVCacheDtype, {"dtype": str(items[-1])})
+
+    def swa_split(self, items):
+        f = items[-1]
+        return (F.SlidingWindowSplit, {"full_layer_tokens": _int(f, "full_layer_tokens"),
+                                       "swa_layer_tokens": _int(f, "swa_layer_tokens")})
+
+    def oom_piece(self, items):
+        return items[0]
+
+    def oom(self, items):
+        return (F.OutOfMemory, read_oom_message([t for t in items[1:] if isinstance(t, Token)]))
+
+    def not_enough(self, _):
+        return (F.NotEnoughMemory, {})
+
+    def no_kv_room(self, _):
+        return (F.NotEnoughMemory, {})
+
+    def ready(self, _):
+        return (F.ServerReady, {})
+
+    def scheduler_exception(self, _):
+        return (F.SchedulerException, {})
+
+    def hf_snapshot(self, items):
+        return (F.ModelPathHint, {"path": str(items[0]), "source": "HF snapshot line"})
+
+    def tokenizer_for(self, items):
+        return (F.ModelPathHint, {"path": str(items[0]), "source": "tokenizer line"})
+
+    def deepgemm_memory(self, items):
+        f = items[-1] if isinstance(items[-1], dict) else {}
+        return (F.DeepGEMMActivity, {"required_gib": items[1].value, "available_gib": _num(f, "available memory")})
+
+    def deepgemm_activity(self, _):
+        return (F.DeepGEMMActivity, {})
+
+    def moe_config(self, items):
+        return (F.DeviceName, {"name": str(items[1])})
+
+    def cli_arg(self, items):
+        return (str(items[0]).lstrip("-").replace("-", "_"), str(items[1]) if len(items) > 1 else None)
+
+    def launch_command(self, items):
+        program = str(items[0]).split()[-1]
+        return (F.LaunchCommand, {"program": program, "args": dict(i for i in items[1:] if isinstance(i, tuple))})
+
+    def start(self, items):
+        body = items[-1]
+        if body is None:
+            return None
+        rank = F.NO_RANK
+        for item in items[:-1]:
+            if isinstance(item, F.Rank):
+                rank = attrs.evolve(rank, **{k: v for k, v in attrs.asdict(item).items() if v is not None})
+        return Parsed(rank, body[0], body[1])
+
+
+# The phrase before (or after) each figure of PyTorch's out-of-memory message, both wordings.
+_OOM_BEFORE = (("tried to allocate", "tried_to_allocate_mib"), ("total capacity of", "total_capacity_gib"),
+               ("of which", "free_mib"), ("process has", "process_in_use_gib"),
+               ("of the allocated memory", "allocated_by_pytorch_gib"))
+_OOM_AFTER = (("is reserved by pytorch but unallocated", "reserved_unallocated_mib"),
+              ("total capacity", "total_capacity_gib"), ("free", "free_mib"),
+              ("already allocated", "allocated_by_pytorch_gib"))
+
+
+def read_oom_message(tokens: list[Token]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for i, tok in enumerate(tokens):
+        if tok.type == "GPU_INDEX" and "gpu" not in values:
+            values["gpu"] = int(str(tok).split()[1])
+        if tok.type != "QTY":
+            continue
+        before = str(tokens[i - 1]).strip(" ,.;(").lower() if i else ""
+        after = str(tokens[i + 1]).strip(" ,.;)").lower() if i + 1 < len(tokens) else ""
+        key = next((k for phrase, k in _OOM_BEFORE if before.endswith(phrase)), None)
+        key = key or next((k for phrase, k in _OOM_AFTER if after.startswith(phrase)), None)
+        if key is None or key in values:
+            continue
+        number, unit = str(tok).replace(" ", "")[:-3], str(tok).replace(" ", "")[-3:]
+        if unit.endswith("B") and unit not in _UNIT_TO_MIB:
+            number, unit = str(tok).replace(" ", "")[:-2], unit[-2:]
+        value = float(number)
+        wanted = "MiB" if key.endswith("_mib") else "GiB"
+        if unit != wanted and unit in _UNIT_TO_MIB:
+            value = round(value * _UNIT_TO_MIB[unit] / _UNIT_TO_MIB[wanted], 4)
+        values[key] = value
+    return values
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return Lark(grammar_text("sglang.lark"), parser="lalr", lexer="contextual")
+
+
+def parse_sglang_line(text: str) -> Optional[Parsed]:
+    """The fact a line states, or None when it is not a line kind the grammar knows."""
+    from lark.exceptions import LarkError
+
+    try:
+        tree = _parser().parse(text)
+    except LarkError:
+        return None
+    return _Lines().transform(tree)

@@ -1,0 +1,48 @@
+"""Report → text, markdown or JSON. Wording lives in the Jinja templates; this module only
+chooses the template and supplies formatting filters."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+FORMATS = ("text", "markdown", "json")
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _clip(text: str, width: int = 160) -> str:
+    text = text.replace("\n", " ⏎ ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _md(text: Any) -> str:
+    """Escape input text for a markdown table cell or line: no HTML, no table breaks."""
+    s = "" if text is None else str(text)
+    for ch, rep in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"),
+                    ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]")):
+        s = s.replace(ch, rep)
+    return s.replace("\n", " ")
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("capdiag", "templates"), autoescape=False,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters.update(num=_num, clip=_clip, md=_md)
+    return env
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    return _env().get_template(f"{fmt}.j2").render(r=report)

@@ -1,0 +1,163 @@
+"""The report: a plain data object (dicts and lists) built from an Analysis.
+
+Its JSON serialisation is the public contract (docs/report-json.md); the text and markdown
+templates read the same object. Nothing here decides anything a rule did not conclude.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from capdiag import facts as F
+from capdiag.analysis import Analysis
+from capdiag.engine import Derived, Finding, Unknown, evidence_chain
+from capdiag.observed import observed_by_rank
+from capdiag.rules import FINDING_RULES
+
+SCHEMA = "capdiag.report/1"
+CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
+               "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
+               "max_running_requests", "page_size", "block_size", "quantization")
+BREAKDOWN_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights",
+                   "draft_kv_cache", "draft_cuda_graph", "other", "free")
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def _value(d: Optional[Derived]) -> Any:
+    return d.value if d is not None and d.known else None
+
+
+def _reason(d: Optional[Derived]) -> Optional[str]:
+    return d.value.reason if d is not None and isinstance(d.value, Unknown) else None
+
+
+def evidence(d: Derived) -> list[dict[str, Any]]:
+    return [{"line": f.evidence.line, "text": f.evidence.text, "kind": f.kind,
+             "rank": f.rank.label if f.rank.tagged else None} for f in evidence_chain(d)]
+
+
+def because(d: Derived) -> list[dict[str, Any]]:
+    """The derived premises of a conclusion, one level deep (their own chains are in `evidence`)."""
+    return [{"rule": p.rule, "topic": p.topic, "key": p.key if not isinstance(p.key, tuple) else list(p.key),
+             "value": _value(p), "unknown": _reason(p), "formula": p.formula}
+            for p in d.premises if isinstance(p, Derived)]
+
+
+def _rank_tags(rank: tuple, facts: list[F.Fact]) -> dict[str, Any]:
+    tagged = next((f.rank for f in facts if f.rank.key() == rank and f.rank.tagged), None)
+    if tagged is None:
+        return {"tp": rank[2], "dp": None, "pp": None, "ep": None}
+    return {"tp": tagged.tp if tagged.tp is not None else 0, "dp": tagged.dp, "pp": tagged.pp, "ep": tagged.ep}
+
+
+def _label(tags: dict[str, Any]) -> str:
+    parts = [f"{k.upper()}{tags[k]}" for k in ("dp", "pp", "tp", "ep") if tags.get(k) is not None]
+    return " ".join(parts)
+
+
+def build(a: Analysis) -> dict[str, Any]:
+    kb = a.knowledge
+    facts = list(a.launch.facts)
+    gpu_fact = kb.first(F.GpuTotal, role=None)
+    total = gpu_fact.gib if gpu_fact is not None else None
+    device = kb.first(F.DeviceName, role=None)
+
+    config = {key: _value(kb.get("config", key)) for key in CONFIG_KEYS}
+    config_sources = {key: kb.get("config", key).formula for key in CONFIG_KEYS
+                      if kb.get("config", key) is not None and kb.get("config", key).known}
+
+    per_rank = observed_by_rank(facts)
+    target = kb.value("target_rank")
+    ranks = []
+    for rank in sorted(per_rank):
+        tags = _rank_tags(rank, facts)
+        ranks.append({"rank": tags, "label": _label(tags) or "TP0", "observed": per_rank[rank],
+                      "summary": _rank_summary(per_rank[rank])})
+
+    breakdown = []
+    for category in BREAKDOWN_ORDER:
+        d = kb.get("breakdown", category)
+        if d is None:
+            continue
+        gib = _value(d)
+        breakdown.append({
+            "category": category, "gib": gib,
+            "mib": round(gib * 1024) if gib is not None else None,
+            "percent": round(100 * gib / total, 1) if gib is not None and total else None,
+            "status": d.detail.get("status", "unknown"),
+            "derivation": d.formula if d.known else _reason(d),
+            "rule": d.rule, "evidence": evidence(d)})
+
+    concurrency = []
+    for d in sorted(kb.topic("concurrency"), key=lambda d: d.key):
+        concurrency.append({"request_tokens": d.key, "token_limit": d.detail.get("token_limit"),
+                            "request_limit": d.detail.get("request_limit"), "max_concurrent": _value(d),
+                            "binding": d.detail.get("binding"),
+                            "per_dp_worker": d.detail.get("per_dp_worker", False),
+                            "derivation": d.formula if d.known else f"{_reason(d)}; {d.formula}".strip("; ")})
+
+    findings = []
+    for d in sorted((d for d in kb.topic("finding") if isinstance(d, Finding)),
+                    key=lambda d: (SEVERITY_ORDER[d.severity], d.rule)):
+        findings.append({"rule": d.rule, "name": d.rule, "code": _rule_code(d.rule), "severity": d.severity,
+                         "title": d.title, "message": d.message, "action": d.action,
+                         "rank": _label_of(target, facts) if target is not None else None,
+                         "evidence": evidence(d), "because": because(d), "detail": d.detail})
+
+    binding = kb.get("binding_rank")
+    kv_keys = ("tokens", "bytes_per_token", "budget_gib", "headroom_gib")
+    failure = a.launch.failure
+    return {
+        "schema": SCHEMA,
+        "framework": a.framework,
+        "source": {"path": a.path, "lines": a.lines_read, "launches": len(a.launches),
+                   "analyzed_launch": a.launch.index, "first_line": a.launch.first_line,
+                   "last_line": a.launch.last_line, "phase_reached": kb.value("phase"),
+                   "ready": bool(kb.of(F.ServerReady, role=None)),
+                   "stopped_at": None if kb.of(F.ServerReady, role=None) else {
+                       "line": (failure or max(facts, key=lambda f: f.evidence.line)).evidence.line,
+                       "text": (failure or max(facts, key=lambda f: f.evidence.line)).evidence.text},
+                   "server_args": _server_args_note(kb.first(F.ServerArgs, role=None))},
+        "config": config,
+        "config_sources": config_sources,
+        "gpu": {"alias": gpu_fact.alias if gpu_fact else None,
+                "name": (gpu_fact.name if gpu_fact and gpu_fact.name else device.name if device else None),
+                "total_gib": total, "total_source": gpu_fact.source if gpu_fact else None},
+        "target_rank": _label_of(target, facts) if target is not None else None,
+        "observed": per_rank.get(target, {}) if target is not None else {},
+        "ranks": ranks,
+        "binding_rank": None if binding is None else {"label": binding.value, "derivation": binding.formula,
+                                                      **{k: binding.detail[k] for k in ("gib", "spread_gib", "reading")}},
+        "breakdown": breakdown,
+        "kv_pool": {key: _value(kb.get("kv_pool", key)) for key in kv_keys}
+        | {"derivation": {key: (kb.get("kv_pool", key).formula if kb.get("kv_pool", key).known
+                                else _reason(kb.get("kv_pool", key)))
+                          for key in kv_keys if kb.get("kv_pool", key) is not None}},
+        "concurrency": concurrency,
+        "findings": findings,
+    }
+
+
+def _rank_summary(o: dict[str, Any]) -> dict[str, Any]:
+    """The per-rank table's columns, each a printed figure (K+V summed as printed)."""
+    kv = o.get("kv_size_gib")
+    if kv is None and o.get("k_size_gib") is not None and o.get("v_size_gib") is not None:
+        kv = round(o["k_size_gib"] + o["v_size_gib"], 2)
+    return {"free_before_weights": o.get("load_weight_begin_avail_gib"), "weights": o.get("weight_mem_usage_gib"),
+            "free_after_weights": o.get("load_weight_end_avail_gib"), "kv": kv,
+            "free_after_pools": o.get("memory_pool_end_avail_gib"), "graphs": o.get("cuda_graph_mem_usage_gib"),
+            "free_at_end": o.get("available_gpu_mem_gib", o.get("cuda_graph_end_avail_gib"))}
+
+
+def _label_of(rank: tuple, facts: list[F.Fact]) -> str:
+    return _label(_rank_tags(rank, facts)) or "TP0"
+
+
+def _server_args_note(args: Optional[F.ServerArgs]) -> Optional[dict[str, Any]]:
+    if args is None:
+        return None
+    return {"line": args.evidence.line, "style": args.style, "fields": len(args.fields),
+            "truncated_at": args.truncated_at, "elided": args.elided}
+
+
+def _rule_code(name: str) -> Optional[str]:
+    return next((r.code for r in FINDING_RULES if r.name == name), None)

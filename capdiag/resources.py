@@ -1,0 +1,20 @@
+"""Files shipped inside the package: grammars, templates and references.
+
+The repository keeps `grammar/`, `rules/` and `references/` at its top level; the build maps
+them to `capdiag.grammar`, `capdiag.rules` and `capdiag.references` so a wheel carries them.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+
+def grammar_text(name: str) -> str:
+    return resources.files("capdiag.grammar").joinpath(name).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def reference_json(name: str) -> Any:
+    return json.loads(resources.files("capdiag.references").joinpath(name).read_text(encoding="utf-8"))

@@ -1,0 +1,1 @@
+"""Reference data with sources, shipped as package data (installed as `capdiag.references`)."""

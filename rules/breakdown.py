@@ -1,0 +1,224 @@
+"""Where the target rank's GPU memory went, category by category.
+
+Each row is `measured` (a figure the log prints), `derived` (arithmetic on printed figures,
+shown in the row) or `unknown` (with the reason). SGLang's "GB" are GiB throughout.
+"""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Derived, Unknown, rule
+from capdiag.rules._common import gib, line_ref, target
+
+
+def row(category, value, status, rule_name, premises, formula):
+    return Derived("breakdown", category, value, rule_name, tuple(p for p in premises if p is not None),
+                   formula, {"status": status})
+
+
+def _weights(kb, rank, role, category, rule_name):
+    begin = kb.first(F.LoadWeightBegin, rank, role)
+    end = kb.first(F.LoadWeightEnd, rank, role)
+    if end is not None and end.mem_usage_gib is not None:
+        return row(category, end.mem_usage_gib, "measured", rule_name, (end,),
+                   f"`mem usage` of Load weight end ({line_ref(end)})")
+    if begin is not None and end is not None and end.avail_gib is not None:
+        return row(category, gib(begin.avail_gib - end.avail_gib), "derived", rule_name, (begin, end),
+                   f"free before load {begin.avail_gib} − free after load {end.avail_gib} GiB")
+    if kb.of(F.WeightsCommitted, rank=rank, role=None):
+        return row(category, Unknown("weights load in overlap mode: the end line carries no memory "
+                                     "figure"), "unknown", rule_name, kb.of(F.WeightsCommitted, rank=rank, role=None), "")
+    return row(category, Unknown("the log shows no completed weight load with a memory figure "
+                                 "for this rank"), "unknown", rule_name, (begin, end), "")
+
+
+@rule("breakdown.weights")
+def weights(kb):
+    """Weights: the `mem usage` of `Load weight end`, else free memory before the load minus
+    free memory after it. With `--startup-weight-load-mode overlap` the end line has no
+    figure, and the row stays unknown rather than trusting a short load time."""
+    rank = target(kb)
+    if rank is not None:
+        yield _weights(kb, rank, "target", "weights", "breakdown.weights")
+
+
+@rule("breakdown.draft-weights")
+def draft_weights(kb):
+    """Draft weights (speculative decoding): the draft worker's own weight-load lines."""
+    rank = target(kb)
+    if rank is not None and kb.of(F.LoadWeightBegin, F.LoadWeightEnd, rank=rank, role="draft"):
+        yield _weights(kb, rank, "draft", "draft_weights", "breakdown.draft-weights")
+
+
+def _kv(kb, rank, role, category, rule_name):
+    post = kb.last(F.PostCaptureKVSizing, rank, role)
+    if post is not None and post.kv_gib is not None:
+        return row(category, post.kv_gib, "measured", rule_name, (post,),
+                   f"`Post-capture KV sizing: KV cache allocated` KV size ({line_ref(post)}); "
+                   "supersedes the pre-capture reservation")
+    lines = [f for f in kb.of(F.KVCacheAllocated, rank=rank, role=role) if not f.va_upper_bound]
+    sized = [f for f in lines if f.total_gib is not None]
+    if sized:
+        total = gib(sum(f.total_gib for f in sized))
+        parts = " + ".join(
+            (f"K {f.k_gib} + V {f.v_gib}" if f.kv_gib is None else f"KV {f.kv_gib}")
+            + (f" ({f.label})" if f.label else "") + f" [{line_ref(f)}]" for f in sized)
+        return row(category, total, "measured", rule_name, sized, f"KV Cache is allocated: {parts} GiB")
+    swa = kb.first(F.SWAKVPoolUsage, rank, role)
+    if swa is not None and swa.gib is not None and not swa.va_upper_bound:
+        return row(category, swa.gib, "measured", rule_name, (swa,),
+                   f"SWAKVPool mem usage (full + SWA sub-pools, {line_ref(swa)})")
+    if role == "draft":
+        return None
+    dsv4 = kb.first(F.DSV4MemoryCalculation, rank, role)
+    if dsv4 is not None and dsv4.available_bytes_gib is not None:
+        return row(category, dsv4.available_bytes_gib, "derived", rule_name, (dsv4,),
+                   f"DeepSeek-V4 pools print no KV line: the budget they were sized from, "
+                   f"available_bytes ({line_ref(dsv4)}); the pools fill it to within a page")
+    end = kb.first(F.LoadWeightEnd, rank, role)
+    pool = kb.first(F.MemoryPoolEnd, rank, role)
+    if end is not None and end.avail_gib is not None and pool is not None:
+        mamba = kb.first(F.MambaCacheAllocated, rank, role)
+        state = mamba.total_gib if mamba is not None and mamba.total_gib is not None else 0.0
+        formula = (f"free after weights {end.avail_gib} − free after pools {pool.avail_gib}"
+                   + (f" − mamba state {state}" if state else "")
+                   + " GiB: the drop across pool allocation (includes the small request-to-token table)")
+        return row(category, gib(end.avail_gib - pool.avail_gib - state), "derived", rule_name,
+                   (end, pool, mamba), formula)
+    return row(category, Unknown("no KV allocation line, and no free-memory readings around the "
+                                 "pool allocation"), "unknown", rule_name, (), "")
+
+
+@rule("breakdown.kv-cache")
+def kv_cache(kb):
+    """KV cache: the final `Post-capture KV sizing` size when post-capture sizing ran; else the
+    sum of the `KV Cache is allocated` lines (K+V, or KV for MLA; Full plus SWA sub-pools),
+    never the `VA upper bound` reservation; else the `SWAKVPool` total (never added to its
+    sub-pools); else DeepSeek-V4's `available_bytes`; else the drop in free memory across the
+    pool phase. The row says which."""
+    rank = target(kb)
+    if rank is not None:
+        yield _kv(kb, rank, "target", "kv_cache", "breakdown.kv-cache")
+
+
+@rule("breakdown.draft-kv-cache")
+def draft_kv_cache(kb):
+    """Draft KV cache: the draft worker's own KV lines (same #tokens as the target pool)."""
+    rank = target(kb)
+    if rank is not None:
+        found = _kv(kb, rank, "draft", "draft_kv_cache", "breakdown.draft-kv-cache")
+        if found is not None:
+            yield found
+
+
+def _graphs(kb, rank, role, category, rule_name):
+    ends = kb.of(F.GraphCaptureEnd, rank=rank, role=role)
+    begins = kb.of(F.GraphCaptureBegin, rank=rank, role=role)
+    if not ends:
+        args = kb.first(F.ServerArgs, role=None)
+        if role == "target" and args is not None and args.fields.get("disable_cuda_graph") is True:
+            return row(category, 0.0, "derived", rule_name, (args,), "server_args disable_cuda_graph=True")
+        if begins:
+            return row(category, Unknown("capture began but no capture finished in the log"),
+                       "unknown", rule_name, begins, "")
+        return None if role == "draft" else row(
+            category, Unknown("the log shows no graph capture for this rank"), "unknown", rule_name, (), "")
+    known = [e for e in ends if e.mem_usage_gib is not None]
+    if not known:
+        return row(category, Unknown("the capture-end lines print no memory figure (before v0.4.3.post3)"),
+                   "unknown", rule_name, ends, "")
+    parts = " + ".join(f"{e.graph} {e.mem_usage_gib} [{line_ref(e)}]" for e in known)
+    missing = len(ends) - len(known)
+    formula = f"Σ capture-end `mem usage`: {parts} GiB" + (
+        f"; {missing} capture line(s) print no figure" if missing else "")
+    return row(category, gib(sum(e.mem_usage_gib for e in known)), "measured", rule_name, known, formula)
+
+
+@rule("breakdown.cuda-graph")
+def cuda_graph(kb):
+    """CUDA graphs: the sum of `mem usage` over every capture of the target model on this rank
+    (decode or verify, prefill, piecewise). Each figure is a difference of two free-memory
+    readings, so it also holds whatever else allocated during capture."""
+    rank = target(kb)
+    if rank is not None:
+        yield _graphs(kb, rank, "target", "cuda_graph", "breakdown.cuda-graph")
+
+
+@rule("breakdown.draft-cuda-graph")
+def draft_cuda_graph(kb):
+    """Draft CUDA graphs: every draft capture (decode, extend) on this rank. From v0.5.14 only
+    TP rank 0 prints them."""
+    rank = target(kb)
+    if rank is not None:
+        found = _graphs(kb, rank, "draft", "draft_cuda_graph", "breakdown.draft-cuda-graph")
+        if found is not None:
+            yield found
+
+
+@rule("breakdown.mamba-state")
+def mamba_state(kb):
+    """Mamba state (hybrid linear-attention models): conv + SSM state (+ the speculative
+    intermediate caches) from `Mamba Cache is allocated`."""
+    rank = target(kb)
+    mamba = kb.first(F.MambaCacheAllocated, rank) if rank is not None else None
+    if mamba is not None and mamba.total_gib is not None:
+        extra = [x for x in (mamba.intermediate_ssm_gib, mamba.intermediate_conv_gib) if x is not None]
+        yield row("mamba_state", mamba.total_gib, "measured", "breakdown.mamba-state", (mamba,),
+                  f"conv_state {mamba.conv_gib} + ssm_state {mamba.ssm_gib}"
+                  + "".join(f" + {x}" for x in extra) + f" GiB ({line_ref(mamba)})")
+
+
+@rule("breakdown.framework")
+def framework(kb):
+    """Framework: memory in use before the weights load — CUDA context, NCCL and custom
+    all-reduce buffers, and any other process on the GPU — as the GPU total minus the free
+    memory `Load weight begin` reports. Needs the GPU total (`--gpu` or `--gpu-total-gib`)."""
+    rank = target(kb)
+    if rank is None:
+        return
+    begin = kb.first(F.LoadWeightBegin, rank)
+    total = kb.first(F.GpuTotal, role=None)
+    if begin is None:
+        yield row("framework", Unknown("the log has no `Load weight begin` line for this rank"),
+                  "unknown", "breakdown.framework", (), "")
+    elif total is None:
+        yield row("framework", Unknown("needs the GPU's total memory: give --gpu or --gpu-total-gib"),
+                  "unknown", "breakdown.framework", (begin,), "")
+    else:
+        yield row("framework", gib(total.gib - begin.avail_gib), "derived", "breakdown.framework",
+                  (total, begin), f"GPU total {total.gib} − free before weights {begin.avail_gib} GiB")
+
+
+@rule("breakdown.free")
+def free(kb):
+    """Free: what the rank had left at the end of start-up — the `available_gpu_mem` of the
+    `max_total_num_tokens` line (TP 0 only), else the last capture-end reading, else the
+    `Memory pool end` reading."""
+    rank = target(kb)
+    if rank is None:
+        return
+    budget = next((b for b in kb.of(F.TokenBudget, rank=rank, role=None)
+                   if b.available_gpu_mem_gib is not None), None)
+    if budget is not None:
+        yield row("free", budget.available_gpu_mem_gib, "measured", "breakdown.free", (budget,),
+                  f"available_gpu_mem ({line_ref(budget)})")
+        return
+    ends = [e for e in kb.of(F.GraphCaptureEnd, rank=rank, role=None) if e.avail_gib is not None]
+    pools = kb.of(F.MemoryPoolEnd, rank=rank, role=None)
+    last = max(ends + pools, key=lambda f: f.evidence.line, default=None)
+    if last is not None:
+        yield row("free", last.avail_gib, "measured", "breakdown.free", (last,),
+                  f"free memory at the last reading of start-up ({line_ref(last)})")
+    else:
+        yield row("free", Unknown("the log prints no free-memory reading after the pools"),
+                  "unknown", "breakdown.free", (), "")
+
+
+@rule("breakdown.other")
+def other(kb):
+    """Other: memory in use that no line accounts for (DeepGEMM JIT workspaces, allocator
+    fragmentation, other tenants after start-up). It needs a measured figure of used memory,
+    which the log does not print; capdiag does not read nvidia-smi output yet, so it stays
+    unknown."""
+    if target(kb) is not None:
+        yield row("other", Unknown("needs the GPU's measured used memory (nvidia-smi), which the "
+                                   "log does not print"), "unknown", "breakdown.other", (), "")

@@ -1,0 +1,38 @@
+"""How many requests of a given length fit at once."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Derived, Unknown, rule
+from capdiag.rules._common import line_ref
+
+
+@rule("concurrency")
+def concurrency(kb):
+    """For each request length L: token limit = max_total_num_tokens // L, request limit =
+    max_running_requests, concurrent requests = the smaller. Both figures are per DP worker
+    (SGLang divides them under DP attention); radix-cache sharing and page rounding are
+    ignored, so this is the worst case of distinct prompts."""
+    options = kb.first(F.Options, role=None)
+    lengths = options.token_lengths if options else (4096, 6144, 8192)
+    budget = next((b for b in kb.of(F.TokenBudget, role=None)), None)
+    dp = kb.value("config", "dp_size")
+    for length in lengths:
+        if budget is None:
+            yield Derived("concurrency", length, Unknown("the log has no max_total_num_tokens line"),
+                          "concurrency", (options,) if options else ())
+            continue
+        tokens = budget.max_total_num_tokens // length
+        requests = budget.max_running_requests
+        both = requests is not None
+        value = min(tokens, requests) if both else Unknown(
+            "max_running_requests is not printed, so the request limit is unknown")
+        formula = (f"min({budget.max_total_num_tokens} // {length} = {tokens}, max_running_requests "
+                   f"{requests}) ({line_ref(budget)})" if both else
+                   f"{budget.max_total_num_tokens} // {length} = {tokens} tokens-bound ({line_ref(budget)})")
+        detail = {"token_limit": tokens, "request_limit": requests,
+                  "binding": (None if not both else "tokens" if tokens < requests else
+                              "requests" if requests < tokens else "both")}
+        if isinstance(dp, int) and dp > 1:
+            detail["per_dp_worker"] = True
+            detail["dp_size"] = dp
+        yield Derived("concurrency", length, value, "concurrency", (budget,), formula, detail)

@@ -1,0 +1,92 @@
+"""The KV pool in detail: its token capacity, the bytes per token it implies, its budget."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Derived, Unknown, rule
+from capdiag.rules._common import gib, line_ref, target
+
+GIB = 1 << 30
+
+
+@rule("kv-pool.tokens")
+def tokens(kb):
+    """Token capacity of the target pool on this rank: `#tokens` of the KV line, else
+    `max_total_num_tokens`, else DeepSeek-V4's `full_token`. Under DP attention it is per DP
+    worker."""
+    rank = target(kb)
+    if rank is None:
+        return
+    kv = next((f for f in kb.of(F.KVCacheAllocated, rank=rank) if f.tokens is not None and not f.va_upper_bound),
+              None)
+    budget = kb.first(F.TokenBudget, role=None)
+    dsv4 = kb.first(F.DSV4MemoryCalculation, rank)
+    if kv is not None:
+        yield Derived("kv_pool", "tokens", kv.tokens, "kv-pool.tokens", (kv,), f"#tokens ({line_ref(kv)})")
+    elif budget is not None:
+        yield Derived("kv_pool", "tokens", budget.max_total_num_tokens, "kv-pool.tokens", (budget,),
+                      f"max_total_num_tokens ({line_ref(budget)})")
+    elif dsv4 is not None and dsv4.full_token is not None:
+        yield Derived("kv_pool", "tokens", dsv4.full_token, "kv-pool.tokens", (dsv4,),
+                      f"DSV4 full_token ({line_ref(dsv4)})")
+    else:
+        yield Derived("kv_pool", "tokens", Unknown("the log prints no pool token count"), "kv-pool.tokens")
+
+
+@rule("kv-pool.bytes-per-token")
+def bytes_per_token(kb):
+    """Bytes per token the log implies: KV bytes / tokens. The sizes are printed in GiB with
+    two decimals, so the figure carries that rounding (±0.005 GiB); the pool also holds one
+    padding page. DeepSeek-V4 prints `bytes_per_full_token` itself."""
+    rank = target(kb)
+    tokens_d, kv_d = kb.get("kv_pool", "tokens"), kb.get("breakdown", "kv_cache")
+    if rank is None or tokens_d is None or kv_d is None:
+        return
+    dsv4 = kb.first(F.DSV4MemoryCalculation, rank)
+    if dsv4 is not None and dsv4.bytes_per_full_token is not None:
+        yield Derived("kv_pool", "bytes_per_token", dsv4.bytes_per_full_token, "kv-pool.bytes-per-token", (dsv4,),
+                      f"bytes_per_full_token printed ({line_ref(dsv4)}); compressed layers included")
+        return
+    if not (tokens_d.known and kv_d.known and kv_d.detail.get("status") == "measured" and tokens_d.value):
+        yield Derived("kv_pool", "bytes_per_token", Unknown("needs a printed KV size and token count"),
+                      "kv-pool.bytes-per-token", (tokens_d, kv_d))
+        return
+    n = tokens_d.value
+    low, high = (kv_d.value - 0.005) * GIB / n, (kv_d.value + 0.005) * GIB / n
+    value = round(kv_d.value * GIB / n)
+    yield Derived("kv_pool", "bytes_per_token", value, "kv-pool.bytes-per-token", (kv_d, tokens_d),
+                  f"{kv_d.value} GiB × 2^30 / {n} tokens = {value} B (printed rounding: {low:.0f}–{high:.0f} B)",
+                  {"low": round(low), "high": round(high)})
+
+
+@rule("kv-pool.budget")
+def budget(kb):
+    """The KV budget SGLang sized the pool from: free memory after weights minus free memory
+    before weights × (1 − mem_fraction_static). SGLang takes both readings as the minimum over
+    ranks; the log prints this rank's own, so the figure is approximate. Also the headroom it
+    leaves for activations and graphs: free before weights × (1 − mem_fraction_static)."""
+    rank = target(kb)
+    mfs = kb.get("config", "mem_fraction_static")
+    if rank is None or mfs is None:
+        return
+    begin = kb.first(F.LoadWeightBegin, rank)
+    pool = kb.first(F.MemoryPoolEnd, rank)
+    # the pool is sized after every weight load that precedes it (the draft's too, v0.5.14+)
+    ends = [e for e in kb.of(F.LoadWeightEnd, rank=rank, role=None) if e.avail_gib is not None
+            and (pool is None or e.evidence.line < pool.evidence.line)]
+    if not mfs.known:
+        for key in ("budget_gib", "headroom_gib"):
+            yield Derived("kv_pool", key, Unknown(f"needs mem_fraction_static: {mfs.value.reason}"),
+                          "kv-pool.budget", (mfs,))
+        return
+    if begin is None or not ends:
+        for key in ("budget_gib", "headroom_gib"):
+            yield Derived("kv_pool", key, Unknown("needs the free memory before and after the weights load"),
+                          "kv-pool.budget", (mfs,))
+        return
+    after = ends[-1]
+    headroom = gib(begin.avail_gib * (1 - mfs.value))
+    yield Derived("kv_pool", "headroom_gib", headroom, "kv-pool.budget", (begin, mfs),
+                  f"{begin.avail_gib} × (1 − {mfs.value}) GiB")
+    yield Derived("kv_pool", "budget_gib", gib(after.avail_gib - begin.avail_gib * (1 - mfs.value)),
+                  "kv-pool.budget", (begin, after, mfs),
+                  f"{after.avail_gib} − {begin.avail_gib} × (1 − {mfs.value}) GiB")

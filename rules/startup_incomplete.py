@@ -1,0 +1,54 @@
+"""startup-incomplete (CD101)."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Finding, rule
+from capdiag.rules._common import line_ref
+
+_PHASE_WORDS = {"init": "process start-up", "weights": "weight loading", "kv_pool": "KV pool allocation",
+                "graph_capture": "CUDA graph capture", "ready": "ready"}
+
+
+@rule("startup-incomplete", code="CD101", severity="warning")
+def startup_incomplete(kb):
+    """What it checks: the launch never reaches "The server is fired up and ready to roll!".
+
+    Why it matters: a start-up that stops early leaves later figures (KV pool, graphs, final
+    free memory) unprinted, so the breakdown is partial. A scheduler exception makes it an
+    error; an excerpt that simply ends is a warning; a log that finished its memory set-up
+    (the `max_total_num_tokens` line) but shows no ready line — a benchmark tool, or a paste
+    that stops there — is information.
+
+    Example: `[… TP3] Scheduler hit an exception: Traceback …` after `Capture cuda graph begin`.
+
+    What to do: read the traceback at the cited line; the breakdown covers what was printed
+    before it. Out-of-memory failures get their own finding (`out-of-memory`).
+    """
+    if kb.of(F.ServerReady, role=None):
+        return
+    phase = kb.get("phase")
+    reached = phase.value if phase is not None else "init"
+    crash = kb.first(F.SchedulerException, role=None)
+    oom = kb.of(F.OutOfMemory, F.NotEnoughMemory, role=None)
+    budget = kb.first(F.TokenBudget, role=None)
+    last = max(kb.facts, key=lambda f: f.evidence.line, default=None)
+    if crash is not None:
+        severity, title = "error", f"Start-up crashed during {_PHASE_WORDS[reached]}"
+        message = (f"A scheduler raised an exception ({line_ref(crash)}); the last phase reached is "
+                   f"{_PHASE_WORDS[reached]}.")
+        premises = (phase, crash) + tuple(oom)
+    elif budget is not None:
+        severity, title = "info", "The log ends after memory set-up, before a ready line"
+        message = (f"Memory set-up finished (max_total_num_tokens, {line_ref(budget)}) but no ready line "
+                   "follows: a benchmark tool or an excerpt.")
+        premises = (phase, budget)
+    else:
+        severity = "error" if oom else "warning"
+        title = f"Start-up stops during {_PHASE_WORDS[reached]}"
+        message = (f"The log ends without a ready line; the last phase reached is {_PHASE_WORDS[reached]}"
+                   + (f", last memory line at {line_ref(last)}." if last is not None else "."))
+        premises = (phase,) + tuple(oom) + ((last,) if last is not None else ())
+    yield Finding("finding", "startup-incomplete", reached, "startup-incomplete",
+                  tuple(p for p in premises if p is not None), message,
+                  severity=severity, title=title,
+                  action="Figures after this point are not in the log; the breakdown covers what was printed.")
