@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from importlib import resources
 from typing import Optional
 
 import attrs
@@ -15,15 +16,24 @@ from capdiag.launches import split_launches
 from capdiag.render import FORMATS, render
 from capdiag.report import build
 
+EXAMPLE_LOG = "sglang-llama31-8b-h100.log"
 
-def _lengths(_ctx, _param, value: str) -> tuple[int, ...]:
-    try:
-        lengths = tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise click.BadParameter("a comma-separated list of whole numbers, e.g. 4096,8192") from None
-    if not lengths or any(n <= 0 for n in lengths):
-        raise click.BadParameter("request lengths must be positive")
-    return lengths
+
+class Lengths(click.ParamType):
+    """Comma-separated request lengths in tokens, e.g. 4096,8192."""
+
+    name = "lengths"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            lengths = tuple(int(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail("a comma-separated list of whole numbers, e.g. 4096,8192", param, ctx)
+        if not lengths or any(n <= 0 for n in lengths):
+            self.fail("request lengths must be positive whole numbers", param, ctx)
+        return lengths
 
 
 def _write(text: str, output: Optional[str]) -> None:
@@ -48,7 +58,7 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--target-rank", type=click.IntRange(min=0), help="TP rank to break down (default 0).")
-@click.option("--token-lengths", default="4096,6144,8192", show_default=True, callback=_lengths,
+@click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True,
               help="Request lengths (tokens) for the concurrency table.")
 @click.option("--gpu", help="GPU alias from references/gpu-specs.json (e.g. h100_sxm, h200, a100_80gb_sxm).")
 @click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB (beats --gpu's reference figure).")
@@ -58,6 +68,16 @@ def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, la
     a = analyse(log, launch=launch, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
                 gpu_total_gib=gpu_total_gib)
     _write(render(build(a), fmt), output)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.pass_context
+def example(ctx, fmt):
+    """Explain the example log shipped with capdiag (Llama-3.1-8B on one H100)."""
+    path = resources.files("capdiag").joinpath("examples", EXAMPLE_LOG)
+    with resources.as_file(path) as log:
+        ctx.invoke(explain, log=str(log), fmt=fmt, gpu="h100_sxm")
 
 
 @main.command()

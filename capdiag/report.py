@@ -18,7 +18,7 @@ CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "e
                "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
                "max_running_requests", "page_size", "block_size", "quantization")
 BREAKDOWN_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights",
-                   "draft_kv_cache", "draft_cuda_graph", "other", "free")
+                   "draft_kv_cache", "draft_cuda_graph", "unattributed", "other", "free")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 

@@ -20,6 +20,7 @@ ALL = (
     breakdown.framework,
     breakdown.free,
     breakdown.other,
+    breakdown.unattributed,
     kv_pool.tokens,
     kv_pool.bytes_per_token,
     kv_pool.budget,

@@ -222,3 +222,28 @@ def other(kb):
     if target(kb) is not None:
         yield row("other", Unknown("needs the GPU's measured used memory (nvidia-smi), which the "
                                    "log does not print"), "unknown", "breakdown.other", (), "")
+
+
+@rule("breakdown.unattributed")
+def unattributed(kb):
+    """Unattributed: how much the free memory fell during start-up beyond what the lines name —
+    free before weights − free at the end − every category above. It holds the request-to-token
+    table, attention workspaces, allocator slack and anything allocated between readings.
+    Computed only when every figure it needs is known."""
+    rank = target(kb)
+    begin = kb.first(F.LoadWeightBegin, rank) if rank is not None else None
+    rows = [kb.get("breakdown", c) for c in ("free", "weights", "kv_cache", "cuda_graph", "mamba_state",
+                                            "draft_weights", "draft_kv_cache", "draft_cuda_graph")]
+    present = [r for r in rows if r is not None]
+    if begin is None or rows[0] is None or rows[3] is None:
+        return
+    if not all(r.known for r in present):
+        missing = ", ".join(r.key for r in present if not r.known)
+        yield row("unattributed", Unknown(f"needs every category: {missing} unknown"), "unknown",
+                  "breakdown.unattributed", (begin, *present), "")
+        return
+    free_row, parts = present[0], present[1:]
+    value = gib(begin.avail_gib - free_row.value - sum(r.value for r in parts))
+    yield row("unattributed", value, "derived", "breakdown.unattributed", (begin, *present),
+              f"free before weights {begin.avail_gib} − free at end {free_row.value} − "
+              + " − ".join(f"{r.key} {r.value}" for r in parts) + " GiB")
