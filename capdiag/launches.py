@@ -30,7 +30,7 @@ class Launch:
 
     @property
     def phase(self) -> str:
-        reached = [F.PHASES.index(F.PHASE_OF[type(f)]) for f in self.facts if type(f) in F.PHASE_OF]
+        reached = [F.PHASES.index(f.PHASE) for f in self.facts if f.PHASE]
         return F.PHASES[max(reached)] if reached else "init"
 
     @property

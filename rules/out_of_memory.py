@@ -29,8 +29,8 @@ def out_of_memory(kb):
     if not errors:
         return
     first = errors[0]
-    before = [f for f in kb.facts if type(f) in F.PHASE_OF and f.evidence.line < first.evidence.line]
-    phase = F.PHASE_OF[type(before[-1])] if before else "init"
+    before = [f for f in kb.facts if f.PHASE and f.evidence.line < first.evidence.line]
+    phase = before[-1].PHASE if before else "init"
     last_step = before[-1] if before else None
     refusal = isinstance(first, F.NotEnoughMemory)
     pool_missing = not kb.of(F.MemoryPoolEnd, role=None)

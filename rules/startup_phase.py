@@ -10,11 +10,11 @@ from capdiag.rules._common import line_ref
 def phase(kb):
     """The last start-up phase the launch reached (init, weights, KV pool, graph capture,
     ready), and the last line that shows it."""
-    staged = [f for f in kb.facts if type(f) in F.PHASE_OF]
+    staged = [f for f in kb.facts if f.PHASE]
     if not staged:
         yield Derived("phase", None, "init", "startup.phase", (), "no start-up phase line in the log")
         return
-    best = max(F.PHASES.index(F.PHASE_OF[type(f)]) for f in staged)
-    last = [f for f in staged if F.PHASES.index(F.PHASE_OF[type(f)]) == best][-1]
+    best = max(F.PHASES.index(f.PHASE) for f in staged)
+    last = [f for f in staged if F.PHASES.index(f.PHASE) == best][-1]
     yield Derived("phase", None, F.PHASES[best], "startup.phase", (last,),
                   f"{type(last).__name__} ({line_ref(last)}) is the furthest phase line")

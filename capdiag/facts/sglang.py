@@ -1,70 +1,11 @@
-"""Typed, immutable observations read from the inputs.
-
-Every fact carries its Evidence (line number, raw text, launch) and the rank tags of the
-process that printed it: the end of every evidence chain an auditor walks. Memory figures
-are in GiB exactly as printed (SGLang's "GB" is bytes / 2**30); the `_gib` suffix says so.
-"""
+"""SGLang line kinds: one small frozen class per kind of memory line SGLang prints."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import attrs
 
-
-@attrs.frozen
-class Evidence:
-    line: int
-    text: str
-    launch: int = 1
-
-
-@attrs.frozen(order=True)
-class Rank:
-    """Rank tags from the line prefix; None where the prefix does not carry that tag."""
-
-    tp: Optional[int] = None
-    dp: Optional[int] = None
-    pp: Optional[int] = None
-    ep: Optional[int] = None
-    attn_cp: Optional[int] = None
-    moe_dp: Optional[int] = None
-
-    @property
-    def tagged(self) -> bool:
-        return any(v is not None for v in attrs.astuple(self))
-
-    @property
-    def tp_index(self) -> int:
-        """Lines with no TP tag belong to TP 0 (single GPU, or a main-process line)."""
-        return self.tp if self.tp is not None else 0
-
-    @property
-    def label(self) -> str:
-        parts = [f"{name.upper()}{value}" for name, value in
-                 (("dp", self.dp), ("pp", self.pp), ("attn_cp", self.attn_cp),
-                  ("moe_dp", self.moe_dp), ("tp", self.tp), ("ep", self.ep)) if value is not None]
-        return " ".join(parts) or "untagged (TP0)"
-
-    def key(self) -> tuple:
-        """Sort/identity key that treats an untagged line as TP0."""
-        return (self.dp or 0, self.pp or 0, self.tp_index)
-
-
-NO_RANK = Rank()
-
-
-@attrs.frozen(kw_only=True)
-class Fact:
-    """Base of every observation. `role` is `target` or `draft` (speculative decoding)."""
-
-    evidence: Evidence
-    rank: Rank = NO_RANK
-    role: str = "target"
-    role_stated: bool = False  # the line itself says target/draft (v0.5.14+ graph lines)
-
-    @property
-    def kind(self) -> str:
-        return type(self).__name__
+from capdiag.facts.base import Fact
 
 
 # ---- main-process lines -----------------------------------------------------------------
@@ -95,31 +36,29 @@ class ModelPathHint(Fact):
     source: str
 
 
-@attrs.frozen(kw_only=True)
-class ServerReady(Fact):
-    pass
-
-
 # ---- scheduler (per-rank) lines ----------------------------------------------------------
 
 @attrs.frozen(kw_only=True)
 class TorchDistributedBegin(Fact):
-    pass
+    PHASE: ClassVar[str] = "init"
 
 
 @attrs.frozen(kw_only=True)
 class TorchDistributedEnd(Fact):
+    PHASE: ClassVar[str] = "init"
     mem_usage_gib: Optional[float] = None
     elapsed_s: Optional[float] = None
 
 
 @attrs.frozen(kw_only=True)
 class LoadWeightBegin(Fact):
+    PHASE: ClassVar[str] = "weights"
     avail_gib: float
 
 
 @attrs.frozen(kw_only=True)
 class LoadWeightEnd(Fact):
+    PHASE: ClassVar[str] = "weights"
     avail_gib: Optional[float] = None
     mem_usage_gib: Optional[float] = None
     model_class: Optional[str] = None
@@ -132,9 +71,12 @@ class LoadWeightEnd(Fact):
 class WeightsCommitted(Fact):
     """`--startup-weight-load-mode overlap`: the end line with no memory fields."""
 
+    PHASE: ClassVar[str] = "graph_capture"
+
 
 @attrs.frozen(kw_only=True)
 class KVCacheAllocated(Fact):
+    PHASE: ClassVar[str] = "kv_pool"
     label: Optional[str] = None  # "Full", "SWA" (v0.5.17+) or None
     dtype: Optional[str] = None
     tokens: Optional[int] = None
@@ -156,6 +98,8 @@ class KVCacheAllocated(Fact):
 class SWAKVPoolUsage(Fact):
     """Sum of the Full and SWA sub-pools: never add it to them."""
 
+    PHASE: ClassVar[str] = "kv_pool"
+
     gib: Optional[float] = None
     swa_size: Optional[int] = None
     full_size: Optional[int] = None
@@ -164,6 +108,7 @@ class SWAKVPoolUsage(Fact):
 
 @attrs.frozen(kw_only=True)
 class MambaCacheAllocated(Fact):
+    PHASE: ClassVar[str] = "kv_pool"
     max_cache_size: Optional[int] = None
     conv_gib: Optional[float] = None
     ssm_gib: Optional[float] = None
@@ -180,11 +125,13 @@ class MambaCacheAllocated(Fact):
 
 @attrs.frozen(kw_only=True)
 class MemoryPoolEnd(Fact):
+    PHASE: ClassVar[str] = "kv_pool"
     avail_gib: float
 
 
 @attrs.frozen(kw_only=True)
 class GraphCaptureBegin(Fact):
+    PHASE: ClassVar[str] = "graph_capture"
     graph: str  # "decode", "verify", "prefill", "extend", "piecewise"
     device: str
     avail_gib: Optional[float] = None
@@ -192,6 +139,7 @@ class GraphCaptureBegin(Fact):
 
 @attrs.frozen(kw_only=True)
 class GraphCaptureEnd(Fact):
+    PHASE: ClassVar[str] = "graph_capture"
     graph: str
     device: str
     elapsed_s: Optional[float] = None
@@ -202,6 +150,8 @@ class GraphCaptureEnd(Fact):
 @attrs.frozen(kw_only=True)
 class TokenBudget(Fact):
     """`max_total_num_tokens=…, max_running_requests=…, context_len=…, available_gpu_mem=…`."""
+
+    PHASE: ClassVar[str] = "graph_capture"
 
     max_total_num_tokens: int
     chunked_prefill_size: Optional[int] = None
@@ -216,6 +166,8 @@ class TokenBudget(Fact):
 class MemoryProfiling(Fact):
     """DeepSeek-V4 day-0 branch: `total_gpu_memory` is free memory before weights, not HBM."""
 
+    PHASE: ClassVar[str] = "kv_pool"
+
     available_gpu_memory_gib: Optional[float] = None
     total_gpu_memory_gib: Optional[float] = None
     mem_fraction_static: Optional[float] = None
@@ -224,6 +176,7 @@ class MemoryProfiling(Fact):
 
 @attrs.frozen(kw_only=True)
 class DSV4MemoryCalculation(Fact):
+    PHASE: ClassVar[str] = "kv_pool"
     bytes_per_full_token: Optional[float] = None
     available_bytes_gib: Optional[float] = None
     full_token: Optional[int] = None
@@ -233,6 +186,8 @@ class DSV4MemoryCalculation(Fact):
 @attrs.frozen(kw_only=True)
 class PostCaptureKVSizing(Fact):
     """The final KV bytes actually backed when post-capture sizing is on (v0.5.17+)."""
+
+    PHASE: ClassVar[str] = "graph_capture"
 
     dtype: Optional[str] = None
     tokens: Optional[int] = None
@@ -252,82 +207,16 @@ class SlidingWindowSplit(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class OutOfMemory(Fact):
-    """PyTorch's CUDA out-of-memory message; `gpu` is the device index it names."""
-
-    gpu: Optional[int] = None
-    tried_to_allocate_mib: Optional[float] = None
-    total_capacity_gib: Optional[float] = None
-    free_mib: Optional[float] = None
-    process_in_use_gib: Optional[float] = None
-    allocated_by_pytorch_gib: Optional[float] = None
-    reserved_unallocated_mib: Optional[float] = None
-
-
-@attrs.frozen(kw_only=True)
 class NotEnoughMemory(Fact):
     """SGLang's start-up refusal: the KV pool cannot be sized under mem_fraction_static."""
 
 
 @attrs.frozen(kw_only=True)
 class SchedulerException(Fact):
-    pass
+    """`Scheduler hit an exception`: a scheduler process died during start-up."""
 
 
 @attrs.frozen(kw_only=True)
 class DeepGEMMActivity(Fact):
     required_gib: Optional[float] = None
     available_gib: Optional[float] = None
-
-
-@attrs.frozen(kw_only=True)
-class DeviceName(Fact):
-    """The GPU name torch reports, as embedded in a MoE kernel-config file name."""
-
-    name: str
-
-
-# The phase a fact shows the start-up has reached, in start-up order.
-PHASES = ("init", "weights", "kv_pool", "graph_capture", "ready")
-
-PHASE_OF: dict[type, str] = {
-    TorchDistributedBegin: "init",
-    TorchDistributedEnd: "init",
-    LoadWeightBegin: "weights",
-    LoadWeightEnd: "weights",
-    WeightsCommitted: "graph_capture",
-    KVCacheAllocated: "kv_pool",
-    SWAKVPoolUsage: "kv_pool",
-    MambaCacheAllocated: "kv_pool",
-    MemoryProfiling: "kv_pool",
-    DSV4MemoryCalculation: "kv_pool",
-    MemoryPoolEnd: "kv_pool",
-    GraphCaptureBegin: "graph_capture",
-    GraphCaptureEnd: "graph_capture",
-    PostCaptureKVSizing: "graph_capture",
-    TokenBudget: "graph_capture",
-    ServerReady: "ready",
-}
-
-
-# ---- inputs other than the log -------------------------------------------------------------
-
-INPUT_LINE = 0  # Evidence.line of a fact that came from the command line or a reference file
-
-
-@attrs.frozen(kw_only=True)
-class GpuTotal(Fact):
-    """The GPU's total memory, given on the command line or looked up in the references."""
-
-    gib: float
-    source: str
-    alias: Optional[str] = None
-    name: Optional[str] = None
-
-
-@attrs.frozen(kw_only=True)
-class Options(Fact):
-    """What the user asked for: the target rank and the request lengths to size for."""
-
-    target_rank: int = 0
-    token_lengths: tuple[int, ...] = (4096, 6144, 8192)

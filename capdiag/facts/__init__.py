@@ -1,0 +1,7 @@
+"""Typed, immutable observations read from the inputs: `from capdiag import facts as F`.
+
+`base` holds what every fact shares (Evidence, Rank, Fact) and the kinds both frameworks
+print; `sglang` and `vllm` hold each framework's own line kinds.
+"""
+from capdiag.facts.base import *  # noqa: F401,F403
+from capdiag.facts.sglang import *  # noqa: F401,F403

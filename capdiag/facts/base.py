@@ -1,0 +1,123 @@
+"""Typed, immutable observations read from the inputs.
+
+Every fact carries its Evidence (line number, raw text, launch) and the rank tags of the
+process that printed it: the end of every evidence chain an auditor walks. Memory figures
+are in GiB exactly as printed (SGLang's "GB" is bytes / 2**30); the `_gib` suffix says so.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Optional
+
+import attrs
+
+
+@attrs.frozen
+class Evidence:
+    line: int
+    text: str
+    launch: int = 1
+
+
+@attrs.frozen(order=True)
+class Rank:
+    """Rank tags from the line prefix; None where the prefix does not carry that tag."""
+
+    tp: Optional[int] = None
+    dp: Optional[int] = None
+    pp: Optional[int] = None
+    ep: Optional[int] = None
+    attn_cp: Optional[int] = None
+    moe_dp: Optional[int] = None
+
+    @property
+    def tagged(self) -> bool:
+        return any(v is not None for v in attrs.astuple(self))
+
+    @property
+    def tp_index(self) -> int:
+        """Lines with no TP tag belong to TP 0 (single GPU, or a main-process line)."""
+        return self.tp if self.tp is not None else 0
+
+    @property
+    def label(self) -> str:
+        parts = [f"{name.upper()}{value}" for name, value in
+                 (("dp", self.dp), ("pp", self.pp), ("attn_cp", self.attn_cp),
+                  ("moe_dp", self.moe_dp), ("tp", self.tp), ("ep", self.ep)) if value is not None]
+        return " ".join(parts) or "untagged (TP0)"
+
+    def key(self) -> tuple:
+        """Sort/identity key that treats an untagged line as TP0."""
+        return (self.dp or 0, self.pp or 0, self.tp_index)
+
+
+NO_RANK = Rank()
+
+# Start-up phases, in order.
+PHASES = ("init", "weights", "kv_pool", "graph_capture", "ready")
+
+
+@attrs.frozen(kw_only=True)
+class Fact:
+    """Base of every observation. `role` is `target` or `draft` (speculative decoding)."""
+
+    evidence: Evidence
+    rank: Rank = NO_RANK
+    role: str = "target"
+    role_stated: bool = False  # the line itself says target/draft (v0.5.14+ graph lines)
+
+    # the start-up phase a line of this kind shows was reached (None: says nothing about it)
+    PHASE: ClassVar[Optional[str]] = None
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+# ---- lines both frameworks print ---------------------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class ServerReady(Fact):
+    PHASE: ClassVar[str] = "ready"
+
+
+@attrs.frozen(kw_only=True)
+class OutOfMemory(Fact):
+    """PyTorch's CUDA out-of-memory message; `gpu` is the device index it names."""
+
+    gpu: Optional[int] = None
+    tried_to_allocate_mib: Optional[float] = None
+    total_capacity_gib: Optional[float] = None
+    free_mib: Optional[float] = None
+    process_in_use_gib: Optional[float] = None
+    allocated_by_pytorch_gib: Optional[float] = None
+    reserved_unallocated_mib: Optional[float] = None
+
+
+@attrs.frozen(kw_only=True)
+class DeviceName(Fact):
+    """The GPU name torch reports, as embedded in a MoE kernel-config file name."""
+
+    name: str
+
+
+# ---- inputs other than the log -------------------------------------------------------------
+
+INPUT_LINE = 0  # Evidence.line of a fact that came from the command line or a reference file
+
+
+@attrs.frozen(kw_only=True)
+class GpuTotal(Fact):
+    """The GPU's total memory, given on the command line or looked up in the references."""
+
+    gib: float
+    source: str
+    alias: Optional[str] = None
+    name: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class Options(Fact):
+    """What the user asked for: the target rank and the request lengths to size for."""
+
+    target_rank: int = 0
+    token_lengths: tuple[int, ...] = (4096, 6144, 8192)
