@@ -9,9 +9,9 @@ from capdiag import facts as F
 from capdiag.engine import Firing, Knowledge, run
 from capdiag.errors import InputError
 from capdiag.launches import Launch, pick_launch, split_launches
-from capdiag.parsing import read_facts
+from capdiag.parsing import FRAMEWORKS, detect_framework, framework_of, read_facts
 from capdiag.gpus import gpu_total_fact
-from capdiag.rules import ALL
+from capdiag.rules import rules_for
 from capdiag.source import candidate_lines, open_input, physical_lines
 
 
@@ -38,26 +38,35 @@ class _Counter:
             yield item
 
 
-def read_log(path: str) -> tuple[list[F.Fact], int]:
-    """Every fact in a log, in line order, and the number of lines read."""
+def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], str, int]:
+    """Every fact in a log, in line order; the framework that printed it; lines read.
+
+    Without `framework`, both grammars read every candidate line and the framework whose own
+    line kinds the log holds most of is chosen; the other's facts are then dropped.
+    """
+    if framework is not None and framework not in FRAMEWORKS:
+        raise InputError(f"--framework {framework}: one of {', '.join(FRAMEWORKS)}")
     stream = open_input(path)
     try:
         counter = _Counter(physical_lines(stream))
-        facts = list(read_facts(candidate_lines(counter)))
+        facts = list(read_facts(candidate_lines(counter), framework))
     finally:
         if path != "-":
             stream.close()
     if counter.count == 0:
         raise InputError(f"{path}: the log is empty")
-    if not facts:
-        raise InputError(f"{path}: no SGLang start-up line recognised in {counter.count} lines")
-    return facts, counter.count
+    chosen = framework or detect_framework(facts)
+    if chosen is None:
+        raise InputError(f"{path}: neither an SGLang nor a vLLM start-up log "
+                         f"(no start-up line of either recognised in {counter.count} lines)")
+    facts = [f for f in facts if framework_of(f) in (None, chosen)]
+    return facts, chosen, counter.count
 
 
 def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[int] = None,
             token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
-            gpu_total_gib: Optional[float] = None) -> Analysis:
-    facts, lines = read_log(path)
+            gpu_total_gib: Optional[float] = None, framework: Optional[str] = None) -> Analysis:
+    facts, framework, lines = read_log(path, framework)
     launches = split_launches(facts)
     if launch is not None and not 1 <= launch <= len(launches):
         raise InputError(f"--launch {launch}: the log holds {len(launches)} launch(es)")
@@ -68,10 +77,10 @@ def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[in
     if total is not None:
         inputs.append(total)
     kb = Knowledge(chosen.facts + tuple(inputs))
-    firings = run(ALL, kb)
+    firings = run(rules_for(framework), kb)
     if target_rank is not None and not kb.get("target_rank").known:
         raise InputError(f"--target-rank {target_rank}: {kb.get('target_rank').value.reason}")
-    return Analysis(path, "sglang", tuple(launches), chosen, kb, tuple(firings), lines)
+    return Analysis(path, framework, tuple(launches), chosen, kb, tuple(firings), lines)
 
 
 def _options_text(target_rank, token_lengths) -> str:

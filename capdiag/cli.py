@@ -85,7 +85,7 @@ def example(ctx, fmt):
 @click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
 def facts(log, fmt):
     """List every typed fact read from LOG, with its launch and line."""
-    found, _ = read_log(log)
+    found, _, _ = read_log(log)
     launches = split_launches(found)
     rows = [(launch.index, fact) for launch in launches for fact in launch.facts]
     if fmt == "json":

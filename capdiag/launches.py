@@ -1,7 +1,8 @@
 """Splits a file's facts into start-ups ("launches") and tells target lines from draft lines.
 
-A file can hold a crash and then a restart. A new launch starts at a `server_args` line once
-scheduler lines have been seen, or when a rank begins loading weights again after the
+A file can hold a crash and then a restart. A new launch starts at a line that opens a
+start-up (SGLang's `server_args`, vLLM's version banner, arguments or engine config) once
+per-rank lines have been seen, or when a rank begins loading weights again after the
 previous start-up finished or failed.
 
 Under speculative decoding a rank runs two model workers, and the draft worker prints the
@@ -19,8 +20,11 @@ import attrs
 from capdiag import facts as F
 from capdiag.parsing import with_launch
 
-_MAIN_PROCESS = (F.ServerArgs, F.ModelPathHint)
-_FAILURES = (F.SchedulerException, F.OutOfMemory, F.NotEnoughMemory)
+_MAIN_PROCESS = (F.ServerArgs, F.ModelPathHint, F.LaunchCommand, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig,
+                 F.VllmMaxModelLen)
+# A line that opens a start-up: once per-rank lines have been seen, it opens the next one.
+_OPENERS = (F.ServerArgs, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig)
+_FAILURES = (F.SchedulerException, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError)
 
 
 @attrs.frozen
@@ -53,16 +57,16 @@ def split_launches(facts: Iterable[F.Fact]) -> list[Launch]:
     for fact in facts:
         current = launches[-1]
         scheduler_seen = any(not isinstance(f, _MAIN_PROCESS) for f in current)
-        restart = (isinstance(fact, F.ServerArgs) and scheduler_seen) or (
-            isinstance(fact, (F.LoadWeightBegin, F.TorchDistributedBegin))
+        restart = (isinstance(fact, _OPENERS) and scheduler_seen) or (
+            isinstance(fact, (F.LoadWeightBegin, F.TorchDistributedBegin, F.VllmModelLoading))
             and (finished or begins[(type(fact), fact.rank.key())] >= 2))
         if restart:
             launches.append([])
             begins.clear()
             finished = False
-        if isinstance(fact, (F.LoadWeightBegin, F.TorchDistributedBegin)):
+        if isinstance(fact, (F.LoadWeightBegin, F.TorchDistributedBegin, F.VllmModelLoading)):
             begins[(type(fact), fact.rank.key())] += 1
-        finished = finished or isinstance(fact, (F.ServerReady,) + _FAILURES)
+        finished = finished or isinstance(fact, (F.ServerReady, F.VllmEngineReady) + _FAILURES)
         launches[-1].append(fact)
     return [Launch(i, tuple(assign_roles(with_launch(f, i) for f in group)))
             for i, group in enumerate((g for g in launches if g), start=1)]

@@ -41,6 +41,30 @@ _SIMPLE = (
     (F.OutOfMemory, "process_in_use_gib", "oom_process_in_use_gib"),
     (F.OutOfMemory, "allocated_by_pytorch_gib", "oom_allocated_by_pytorch_gib"),
     (F.OutOfMemory, "reserved_unallocated_mib", "oom_reserved_unallocated_mib"),
+    # vLLM; where two kinds fill one key, the earlier row is the preferred statement
+    (F.VllmModelLoading, "gib", "model_loading_gib"),
+    (F.VllmMemoryProfile, "values.weights_gib", "model_loading_gib"),
+    (F.VllmAvailableKV, "gib", "available_kv_cache_gib"),
+    (F.VllmMemoryProfile, "values.kv_cache_gib", "available_kv_cache_gib"),
+    (F.VllmKVCacheSize, "tokens", "kv_cache_tokens"),
+    (F.VllmStartupError, "kv_tokens", "kv_cache_tokens"),
+    (F.VllmMaxConcurrency, "tokens", "max_concurrency_tokens"),
+    (F.VllmMaxConcurrency, "x", "max_concurrency_x"),
+    (F.VllmGraphCapture, "gib", "graph_capture_gib"),
+    (F.VllmGpuBlocks, "blocks", "gpu_blocks"),
+    (F.VllmMemoryProfile, "values.total_gpu_memory_gib", "total_gpu_memory_gib"),
+    (F.VllmStartupMemory, "total_gib", "total_gpu_memory_gib"),
+    (F.VllmMemoryProfile, "values.gpu_memory_utilization", "gpu_memory_utilization_printed"),
+    (F.VllmMemoryProfile, "values.non_torch_gib", "non_torch_memory_gib"),
+    (F.VllmMemoryProfile, "values.activation_peak_gib", "activation_peak_gib"),
+    (F.VllmStartupMemory, "free_gib", "free_memory_on_startup_gib"),
+    (F.VllmStartupMemory, "activation_gib", "activation_peak_gib"),
+    (F.VllmStartupMemory, "non_torch_gib", "non_torch_memory_gib"),
+    (F.VllmStartupMemory, "consumed_gib", "consumed_memory_gib"),
+    (F.VllmStartupMemory, "kv_in_use_gib", "kv_cache_in_use_gib"),
+    (F.VllmGraphPool, "actual_gib", "cuda_graph_pool_actual_gib"),
+    (F.VllmGraphPool, "estimated_gib", "cuda_graph_pool_estimated_gib"),
+    (F.VllmGraphEstimate, "gib", "estimated_cuda_graph_memory_gib"),
 )
 _LAST_WINS = (F.OutOfMemory,)  # "the last such message of the launch"
 
@@ -72,10 +96,17 @@ def _graphs(ends: list[F.GraphCaptureEnd], role: str) -> dict[str, Any]:
     return out
 
 
+def _get(fact: F.Fact, attr: str) -> Any:
+    """An attribute, or `values.key` for a fact that keeps its figures in a mapping."""
+    if attr.startswith("values."):
+        return fact.values.get(attr[len("values."):])
+    return getattr(fact, attr)
+
+
 def owner(fact: F.Fact) -> tuple:
     """The rank a fact is filed under: an untagged OOM message belongs to the GPU it names."""
     if isinstance(fact, F.OutOfMemory) and not fact.rank.tagged and fact.gpu is not None:
-        return (0, 0, fact.gpu)
+        return (0, 0, fact.gpu, "")
     return fact.rank.key()
 
 
@@ -91,9 +122,9 @@ def observed_by_rank(facts: Iterable[F.Fact]) -> dict[tuple, dict[str, Any]]:
             prefix = "draft_" if role == "draft" else ""
             own: dict[str, Any] = {}
             for kind, attr, key in _SIMPLE:
-                found = [f for f in items if isinstance(f, kind) and getattr(f, attr) is not None]
-                if found:
-                    own[key] = getattr(found[-1] if kind in _LAST_WINS else found[0], attr)
+                found = [f for f in items if isinstance(f, kind) and _get(f, attr) is not None]
+                if found and key not in own:
+                    own[key] = _get(found[-1] if kind in _LAST_WINS else found[0], attr)
             own.update(_kv([f for f in items if isinstance(f, F.KVCacheAllocated)]))
             own.update(_graphs([f for f in items if isinstance(f, F.GraphCaptureEnd)], role))
             begin = next((f for f in items if isinstance(f, F.GraphCaptureBegin)

@@ -11,13 +11,14 @@ from capdiag import facts as F
 from capdiag.analysis import Analysis
 from capdiag.engine import Derived, Finding, Unknown, evidence_chain
 from capdiag.observed import observed_by_rank
+from capdiag.parsing import framework_of
 from capdiag.rules import FINDING_RULES
 
 SCHEMA = "capdiag.report/1"
 CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
                "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
                "max_running_requests", "page_size", "block_size", "quantization")
-BREAKDOWN_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights",
+BREAKDOWN_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "activation", "draft_weights",
                    "draft_kv_cache", "draft_cuda_graph", "unattributed", "other", "free")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -45,20 +46,36 @@ def because(d: Derived) -> list[dict[str, Any]]:
 def _rank_tags(rank: tuple, facts: list[F.Fact]) -> dict[str, Any]:
     tagged = next((f.rank for f in facts if f.rank.key() == rank and f.rank.tagged), None)
     if tagged is None:
-        return {"tp": rank[2], "dp": None, "pp": None, "ep": None}
-    return {"tp": tagged.tp if tagged.tp is not None else 0, "dp": tagged.dp, "pp": tagged.pp, "ep": tagged.ep}
+        return {"tp": rank[2], "dp": None, "pp": None, "ep": None, "process": None}
+    return {"tp": tagged.tp_index, "dp": tagged.dp, "pp": tagged.pp, "ep": tagged.ep, "process": tagged.worker}
 
 
 def _label(tags: dict[str, Any]) -> str:
     parts = [f"{k.upper()}{tags[k]}" for k in ("dp", "pp", "tp", "ep") if tags.get(k) is not None]
+    if tags.get("process"):
+        parts.append(f"({tags['process']})")
     return " ".join(parts)
+
+
+# Per-rank table columns: (heading, observed key or keys summed), per framework.
+RANK_COLUMNS = {
+    "sglang": (("free before weights", ("load_weight_begin_avail_gib",)), ("weights", ("weight_mem_usage_gib",)),
+               ("free after weights", ("load_weight_end_avail_gib",)), ("KV", ("kv_size_gib",)),
+               ("K+V", ("k_size_gib", "v_size_gib")), ("free after pools", ("memory_pool_end_avail_gib",)),
+               ("graphs", ("cuda_graph_mem_usage_gib",)), ("free at end", ("available_gpu_mem_gib",))),
+    "vllm": (("weights", ("model_loading_gib",)), ("KV available", ("available_kv_cache_gib",)),
+             ("graphs", ("graph_capture_gib",)), ("activation peak", ("activation_peak_gib",)),
+             ("non-torch", ("non_torch_memory_gib",)), ("total", ("total_gpu_memory_gib",)),
+             ("KV tokens", ("kv_cache_tokens",))),
+}
 
 
 def build(a: Analysis) -> dict[str, Any]:
     kb = a.knowledge
     facts = list(a.launch.facts)
-    gpu_fact = kb.first(F.GpuTotal, role=None)
-    total = gpu_fact.gib if gpu_fact is not None else None
+    total_d = kb.get("gpu", "total_gib")
+    total = _value(total_d)
+    given = kb.first(F.GpuTotal, role=None)
     device = kb.first(F.DeviceName, role=None)
 
     config = {key: _value(kb.get("config", key)) for key in CONFIG_KEYS}
@@ -67,11 +84,12 @@ def build(a: Analysis) -> dict[str, Any]:
 
     per_rank = observed_by_rank(facts)
     target = kb.value("target_rank")
+    shown = [c for c in RANK_COLUMNS[a.framework] if any(_column(o, c[1]) is not None for o in per_rank.values())]
     ranks = []
     for rank in sorted(per_rank):
         tags = _rank_tags(rank, facts)
         ranks.append({"rank": tags, "label": _label(tags) or "TP0", "observed": per_rank[rank],
-                      "summary": _rank_summary(per_rank[rank])})
+                      "columns": [_column(per_rank[rank], keys) for _, keys in shown]})
 
     breakdown = []
     for category in BREAKDOWN_ORDER:
@@ -91,7 +109,7 @@ def build(a: Analysis) -> dict[str, Any]:
     for d in sorted(kb.topic("concurrency"), key=lambda d: d.key):
         concurrency.append({"request_tokens": d.key, "token_limit": d.detail.get("token_limit"),
                             "request_limit": d.detail.get("request_limit"), "max_concurrent": _value(d),
-                            "binding": d.detail.get("binding"),
+                            "binding": d.detail.get("binding"), "upper_bound": d.detail.get("upper_bound", False),
                             "per_dp_worker": d.detail.get("per_dp_worker", False),
                             "derivation": d.formula if d.known else f"{_reason(d)}; {d.formula}".strip("; ")})
 
@@ -104,48 +122,52 @@ def build(a: Analysis) -> dict[str, Any]:
                          "evidence": evidence(d), "because": because(d), "detail": d.detail})
 
     binding = kb.get("binding_rank")
-    kv_keys = ("tokens", "bytes_per_token", "budget_gib", "headroom_gib")
-    failure = a.launch.failure
+    budget = kb.get("breakdown", "budget")
+    check = kb.get("concurrency_check")
+    kv_keys = [k for k in ("tokens", "bytes_per_token", "budget_gib", "headroom_gib") if kb.get("kv_pool", k)]
+    ready = kb.value("phase") == "ready"
+    last = a.launch.failure or max(facts, key=lambda f: f.evidence.line)
     return {
         "schema": SCHEMA,
         "framework": a.framework,
         "source": {"path": a.path, "lines": a.lines_read, "launches": len(a.launches),
                    "analyzed_launch": a.launch.index, "first_line": a.launch.first_line,
-                   "last_line": a.launch.last_line, "phase_reached": kb.value("phase"),
-                   "ready": bool(kb.of(F.ServerReady, role=None)),
-                   "stopped_at": None if kb.of(F.ServerReady, role=None) else {
-                       "line": (failure or max(facts, key=lambda f: f.evidence.line)).evidence.line,
-                       "text": (failure or max(facts, key=lambda f: f.evidence.line)).evidence.text},
+                   "last_line": a.launch.last_line, "phase_reached": kb.value("phase"), "ready": ready,
+                   "stopped_at": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
                    "server_args": _server_args_note(kb.first(F.ServerArgs, role=None))},
         "config": config,
         "config_sources": config_sources,
-        "gpu": {"alias": gpu_fact.alias if gpu_fact else None,
-                "name": (gpu_fact.name if gpu_fact and gpu_fact.name else device.name if device else None),
-                "total_gib": total, "total_source": gpu_fact.source if gpu_fact else None},
+        "gpu": {"alias": given.alias if given else None,
+                "name": (given.name if given and given.name else device.name if device else None),
+                "total_gib": total,
+                "total_source": total_d.formula if total_d is not None and total_d.known else None},
         "target_rank": _label_of(target, facts) if target is not None else None,
         "observed": per_rank.get(target, {}) if target is not None else {},
         "ranks": ranks,
+        "rank_columns": [heading for heading, _ in shown],
         "binding_rank": None if binding is None else {"label": binding.value, "derivation": binding.formula,
                                                       **{k: binding.detail[k] for k in ("gib", "spread_gib", "reading")}},
         "breakdown": breakdown,
+        "budget": None if budget is None else {"gib": _value(budget),
+                                               "derivation": budget.formula if budget.known else _reason(budget)},
         "kv_pool": {key: _value(kb.get("kv_pool", key)) for key in kv_keys}
         | {"derivation": {key: (kb.get("kv_pool", key).formula if kb.get("kv_pool", key).known
-                                else _reason(kb.get("kv_pool", key)))
-                          for key in kv_keys if kb.get("kv_pool", key) is not None}},
+                                else _reason(kb.get("kv_pool", key))) for key in kv_keys}},
         "concurrency": concurrency,
+        "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,
+        "framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
+                                "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
+                               for f in facts if framework_of(f) == a.framework],
     }
 
 
-def _rank_summary(o: dict[str, Any]) -> dict[str, Any]:
-    """The per-rank table's columns, each a printed figure (K+V summed as printed)."""
-    kv = o.get("kv_size_gib")
-    if kv is None and o.get("k_size_gib") is not None and o.get("v_size_gib") is not None:
-        kv = round(o["k_size_gib"] + o["v_size_gib"], 2)
-    return {"free_before_weights": o.get("load_weight_begin_avail_gib"), "weights": o.get("weight_mem_usage_gib"),
-            "free_after_weights": o.get("load_weight_end_avail_gib"), "kv": kv,
-            "free_after_pools": o.get("memory_pool_end_avail_gib"), "graphs": o.get("cuda_graph_mem_usage_gib"),
-            "free_at_end": o.get("available_gpu_mem_gib", o.get("cuda_graph_end_avail_gib"))}
+def _column(observed: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    """A per-rank table cell: the printed figure, or the sum of two (K + V) when both are printed."""
+    values = [observed.get(k) for k in keys]
+    if any(v is None for v in values):
+        return None
+    return values[0] if len(values) == 1 else round(sum(values), 2)
 
 
 def _label_of(rank: tuple, facts: list[F.Fact]) -> str:

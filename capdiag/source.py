@@ -28,6 +28,15 @@ KEYWORDS = (
     "out of memory", "Not enough memory", "leave no GPU memory", "ready to roll",
     "hit an exception", "HF snapshot", "Tokenizer for", "DeepGEMM", "Required memory for warmup",
     "device_name=", "-m sglang", "sglang serve",
+    # vLLM
+    "version", "with config:", "non-default args", "args: Namespace", "max model len", "Model loading took",
+    "Loading model weights took", "vLLM instance can use", "model weights take", "total_gpu_memory",
+    "gpu_memory_utilization", "non_torch_memory", "activation peak memory", "available_kv_cache_memory",
+    "Available KV cache memory", "KV cache size", "Maximum concurrency", "blocks:", "num_gpu_blocks",
+    "Graph capturing finished", "graph pool memory", "Estimated CUDA graph memory", "graph memory profiling is",
+    "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len",
+    "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
+    "vllm serve", "-m vllm.", "attention block size",
 )
 _KEYWORD_RE = re.compile("|".join(re.escape(k) for k in KEYWORDS), re.IGNORECASE)
 
@@ -42,6 +51,15 @@ _TRANSPORT = re.compile(
 )
 # A log line glued after a progress bar that had no newline: split before its prefix.
 _GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+# Ray's de-duplication note at the end of a line.
+_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]$")
+# Records that vLLM and SGLang print on one very long line; a paste that hard-wrapped them
+# continues on lines without a header of their own.
+_RECORD = re.compile(r"with config:|non-default args:|args: Namespace\(|server_args[=:]")
+_HEADER = re.compile(r"^(?:\(\w[^)]*pid=\d+|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) |\[\d{4}-\d\d-\d\d |\[\d\d:\d\d:\d\d)")
+MAX_CONTINUATION = 400  # physical lines one wrapped record may span
+# A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
+_CUT_REST = re.compile(r"^[:,;.)\]}]")
 MAX_LINE = 1 << 20  # characters kept of one physical line; a longer one is cut, not held
 
 
@@ -102,33 +120,46 @@ def clean(raw: str) -> list[str]:
     for piece in pieces:
         for part in _GLUED.split(piece) if "[" in piece else [piece]:
             part = _TRANSPORT.sub("", part, count=1).strip()
+            if part.endswith("cluster]"):
+                part = _RAY_REPEAT.sub("", part)
             if part:
                 out.append(part)
     return out
 
 
 def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
-    """Lines that may hold a fact. A line that ends in a comma continues on the next
-    physical line when that one has no prefix of its own (author-wrapped pastes)."""
+    """Lines that may hold a fact, with wrapped continuations joined.
+
+    Three kinds of wrapping are undone: a long record (engine config, argument dict,
+    server_args) hard-wrapped by a paste continues on the following lines that have no header
+    of their own, joined as they are; any line hard-wrapped mid-sentence continues on a line
+    that opens with punctuation (`: 29053`); a line an author wrapped after a comma continues
+    on the next line when that one has no prefix, joined with a space.
+    """
     pending: Line | None = None
+    record = False
+    spans = 0
     for number, raw in numbered:
         for text in clean(raw):
             if pending is not None:
-                if not text.startswith("["):
+                if not record and _CUT_REST.match(text):
+                    pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
+                    continue
+                if record and spans < MAX_CONTINUATION and text and not _HEADER.match(text):
+                    pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
+                    spans += 1
+                    continue
+                if not record and pending.text.endswith(",") and not text.startswith(("[", "(")):
                     pending = Line(pending.number, pending.text + " " + text, pending.raw + "\n" + raw)
-                    if pending.text.endswith(","):
-                        continue
-                    yield pending
-                    pending = None
                     continue
                 yield pending
                 pending = None
             if not _KEYWORD_RE.search(text):
                 continue
             line = Line(number, text, raw[:MAX_LINE])
-            if text.endswith(",") and "server_args" not in text:
-                pending = line
-            else:
-                yield line
+            if _RECORD.search(text):
+                pending, record, spans = line, True, 0
+            else:  # held one line: it may continue on the next (soft or hard wrap)
+                pending, record = line, False
     if pending is not None:
         yield pending

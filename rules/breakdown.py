@@ -173,19 +173,19 @@ def framework(kb):
     all-reduce buffers, and any other process on the GPU — as the GPU total minus the free
     memory `Load weight begin` reports. Needs the GPU total (`--gpu` or `--gpu-total-gib`)."""
     rank = target(kb)
-    if rank is None:
+    total = kb.get("gpu", "total_gib")
+    if rank is None or total is None:
         return
     begin = kb.first(F.LoadWeightBegin, rank)
-    total = kb.first(F.GpuTotal, role=None)
     if begin is None:
         yield row("framework", Unknown("the log has no `Load weight begin` line for this rank"),
                   "unknown", "breakdown.framework", (), "")
-    elif total is None:
-        yield row("framework", Unknown("needs the GPU's total memory: give --gpu or --gpu-total-gib"),
-                  "unknown", "breakdown.framework", (begin,), "")
+    elif not total.known:
+        yield row("framework", Unknown(f"needs the GPU's total memory: {total.value.reason}"),
+                  "unknown", "breakdown.framework", (begin, total), "")
     else:
-        yield row("framework", gib(total.gib - begin.avail_gib), "derived", "breakdown.framework",
-                  (total, begin), f"GPU total {total.gib} − free before weights {begin.avail_gib} GiB")
+        yield row("framework", gib(total.value - begin.avail_gib), "derived", "breakdown.framework",
+                  (total, begin), f"GPU total {total.value} − free before weights {begin.avail_gib} GiB")
 
 
 @rule("breakdown.free")

@@ -9,7 +9,8 @@ from capdiag.rules._common import line_ref
 @rule("concurrency")
 def concurrency(kb):
     """For each request length L: token limit = max_total_num_tokens // L, request limit =
-    max_running_requests, concurrent requests = the smaller. Both figures are per DP worker
+    max_running_requests, concurrent requests = the smaller (the token limit, marked as an upper
+    bound, where the request limit is not printed). Both figures are per DP worker
     (SGLang divides them under DP attention); radix-cache sharing and page rounding are
     ignored, so this is the worst case of distinct prompts."""
     options = kb.first(F.Options, role=None)
@@ -24,13 +25,13 @@ def concurrency(kb):
         tokens = budget.max_total_num_tokens // length
         requests = budget.max_running_requests
         both = requests is not None
-        value = min(tokens, requests) if both else Unknown(
-            "max_running_requests is not printed, so the request limit is unknown")
+        value = min(tokens, requests) if both else tokens
         formula = (f"min({budget.max_total_num_tokens} // {length} = {tokens}, max_running_requests "
                    f"{requests}) ({line_ref(budget)})" if both else
-                   f"{budget.max_total_num_tokens} // {length} = {tokens} tokens-bound ({line_ref(budget)})")
-        detail = {"token_limit": tokens, "request_limit": requests,
-                  "binding": (None if not both else "tokens" if tokens < requests else
+                   f"{budget.max_total_num_tokens} // {length} = {tokens}; max_running_requests not printed, "
+                   f"so an upper bound ({line_ref(budget)})")
+        detail = {"token_limit": tokens, "request_limit": requests, "upper_bound": not both,
+                  "binding": ("tokens" if not both or tokens < requests else
                               "requests" if requests < tokens else "both")}
         if isinstance(dp, int) and dp > 1:
             detail["per_dp_worker"] = True

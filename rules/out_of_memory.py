@@ -5,50 +5,63 @@ from capdiag import facts as F
 from capdiag.engine import Finding, rule
 from capdiag.rules._common import line_ref
 
+# Lines that show the KV pool was sized: an out-of-memory error after one of these happened
+# in capture or serving, not in pool sizing.
+_POOL_SIZED = (F.MemoryPoolEnd, F.VllmKVCacheSize, F.VllmGpuBlocks, F.VllmAvailableKV)
+
 
 @rule("out-of-memory", code="CD102", severity="error")
 def out_of_memory(kb):
-    """What it checks: a CUDA out-of-memory error, SGLang's "Not enough memory" refusal, or
-    "Loaded weights leave no GPU memory for the KV cache".
+    """What it checks: a CUDA out-of-memory error; SGLang's "Not enough memory" or "Loaded
+    weights leave no GPU memory for the KV cache"; vLLM's "No available memory for the cache
+    blocks".
 
     Why it matters: the direction of the fix depends on the phase, and the two directions are
-    opposite. When the KV pool cannot be sized (the refusal lines, or an OOM before the pool
-    exists), the static fraction is too *small* for weights plus pool. When graph capture or
-    serving runs out, the static fraction is too *large*: the pool took the headroom that
-    activations and graphs need.
+    opposite. When the KV pool cannot be sized, the static fraction (SGLang's
+    `--mem-fraction-static`, vLLM's `--gpu-memory-utilization`) is too *small* for weights plus
+    pool. When graph capture or serving runs out after the pool exists, it is too *large*: the
+    pool took the headroom that activations and graphs need. A vLLM out-of-memory during the
+    profiling pass, before the pool is sized, is neither: the profile run itself did not fit.
 
     Example: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB. GPU 0 has
     a total capacity of 23.56 GiB of which 338.75 MiB is free.` after `Capture piecewise CUDA
     graph begin`.
 
-    What to do: pool phase → raise `--mem-fraction-static` (or more TP, a shorter context,
-    fp8 KV). Capture or serving → lower `--mem-fraction-static`, or shrink
-    `--cuda-graph-max-bs` / disable the piecewise graph.
+    What to do: pool phase → raise the fraction (or add TP, shorten the context, use an fp8 KV
+    cache). Capture or serving → lower it, or shrink the graph batch sizes. vLLM profiling →
+    lower `--max-num-batched-tokens` / `--max-num-seqs` / `--max-model-len`, or add GPUs.
     """
-    errors = kb.of(F.OutOfMemory, F.NotEnoughMemory, role=None)
+    errors = [f for f in kb.of(F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, role=None)
+              if not isinstance(f, F.VllmStartupError) or f.reason == "no-cache-memory"]
     if not errors:
         return
+    vllm = bool(kb.of(F.VllmVersion, F.VllmEngineConfig, F.VllmModelLoading, role=None))
+    knob = "--gpu-memory-utilization" if vllm else "--mem-fraction-static"
     first = errors[0]
     before = [f for f in kb.facts if f.PHASE and f.evidence.line < first.evidence.line]
     phase = before[-1].PHASE if before else "init"
-    last_step = before[-1] if before else None
-    refusal = isinstance(first, F.NotEnoughMemory)
-    pool_missing = not kb.of(F.MemoryPoolEnd, role=None)
-    if refusal or (pool_missing and phase in ("init", "weights", "kv_pool")):
-        direction = "raise"
-        why = "the KV pool could not be sized under the static fraction"
+    sized = any(f.evidence.line < first.evidence.line for f in kb.of(*_POOL_SIZED, role=None))
+    if isinstance(first, (F.NotEnoughMemory, F.VllmStartupError)):
+        direction, why = "raise", "the KV pool could not be sized within the static fraction"
+    elif vllm and not sized:
+        direction, why = "profile", "the profiling forward pass ran out before the KV cache was sized"
+    elif not sized:
+        direction, why = "raise", "the KV pool could not be sized within the static fraction"
     else:
-        direction = "lower"
-        why = "the pool was allocated; capture or serving then ran out of the headroom left"
+        direction, why = "lower", "the pool was allocated; capture or serving then ran out of the headroom left"
     detail = ""
     if isinstance(first, F.OutOfMemory) and first.tried_to_allocate_mib is not None:
         detail = (f" PyTorch tried to allocate {first.tried_to_allocate_mib} MiB with {first.free_mib} MiB free"
                   + (f" of {first.total_capacity_gib} GiB" if first.total_capacity_gib is not None else "") + ".")
+    action = {
+        "raise": f"Raise {knob} (or add TP, shorten the context, use an fp8 KV cache).",
+        "lower": f"Lower {knob}" + (" (or lower --cuda-graph-max-bs, or disable the piecewise graph)." if not vllm
+                                     else " (or reduce the CUDA-graph capture sizes, or --enforce-eager)."),
+        "profile": "Lower --max-num-batched-tokens, --max-num-seqs or --max-model-len, or add GPUs: "
+                   "gpu_memory_utilization applies only after profiling.",
+    }[direction]
     yield Finding("finding", "out-of-memory", None, "out-of-memory",
-                  tuple(p for p in (last_step, *errors) if p is not None),
+                  tuple(p for p in (before[-1] if before else None, *errors) if p is not None),
                   f"Out of memory after the {phase.replace('_', ' ')} phase ({line_ref(first)}): {why}.{detail}",
                   severity="error", title=f"Out of memory during start-up ({phase.replace('_', ' ')})",
-                  action=f"{direction.capitalize()} --mem-fraction-static"
-                  + (" (or add TP, shorten the context, use an fp8 KV cache)." if direction == "raise" else
-                     " (or lower --cuda-graph-max-bs, or disable the piecewise graph)."),
-                  detail={"direction": direction, "phase": phase})
+                  action=action, detail={"direction": direction, "phase": phase})

@@ -16,7 +16,7 @@ def startup_incomplete(kb):
     Why it matters: a start-up that stops early leaves later figures (KV pool, graphs, final
     free memory) unprinted, so the breakdown is partial. A scheduler exception makes it an
     error; an excerpt that simply ends is a warning; a log that finished its memory set-up
-    (the `max_total_num_tokens` line) but shows no ready line — a benchmark tool, or a paste
+    (SGLang's `max_total_num_tokens` line, vLLM's KV cache size) but shows no ready line — a benchmark tool, or a paste
     that stops there — is information.
 
     Example: `[… TP3] Scheduler hit an exception: Traceback …` after `Capture cuda graph begin`.
@@ -24,22 +24,22 @@ def startup_incomplete(kb):
     What to do: read the traceback at the cited line; the breakdown covers what was printed
     before it. Out-of-memory failures get their own finding (`out-of-memory`).
     """
-    if kb.of(F.ServerReady, role=None):
+    if kb.of(F.ServerReady, F.VllmEngineReady, role=None):
         return
     phase = kb.get("phase")
     reached = phase.value if phase is not None else "init"
-    crash = kb.first(F.SchedulerException, role=None)
+    crash = next(iter(kb.of(F.SchedulerException, F.VllmStartupError, role=None)), None)
     oom = kb.of(F.OutOfMemory, F.NotEnoughMemory, role=None)
-    budget = kb.first(F.TokenBudget, role=None)
+    budget = next(iter(kb.of(F.TokenBudget, F.VllmKVCacheSize, F.VllmGpuBlocks, role=None)), None)
     last = max(kb.facts, key=lambda f: f.evidence.line, default=None)
     if crash is not None:
         severity, title = "error", f"Start-up crashed during {_PHASE_WORDS[reached]}"
-        message = (f"A scheduler raised an exception ({line_ref(crash)}); the last phase reached is "
-                   f"{_PHASE_WORDS[reached]}.")
+        message = (f"A {'scheduler' if isinstance(crash, F.SchedulerException) else 'engine'} process failed "
+                   f"({line_ref(crash)}); the last phase reached is {_PHASE_WORDS[reached]}.")
         premises = (phase, crash) + tuple(oom)
     elif budget is not None:
         severity, title = "info", "The log ends after memory set-up, before a ready line"
-        message = (f"Memory set-up finished (max_total_num_tokens, {line_ref(budget)}) but no ready line "
+        message = (f"Memory set-up finished (the KV pool was sized, {line_ref(budget)}) but no ready line "
                    "follows: a benchmark tool or an excerpt.")
         premises = (phase, budget)
     else:

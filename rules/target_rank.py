@@ -4,11 +4,6 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 
-_SCHEDULER = (F.LoadWeightBegin, F.LoadWeightEnd, F.KVCacheAllocated, F.MemoryPoolEnd, F.GraphCaptureEnd,
-              F.GraphCaptureBegin, F.TokenBudget, F.DSV4MemoryCalculation, F.MemoryProfiling,
-              F.MambaCacheAllocated, F.SWAKVPoolUsage, F.TorchDistributedEnd)
-
-
 @rule("target-rank")
 def target_rank(kb):
     """Concludes the rank to break down: the TP index asked for (`--target-rank`, default 0),
@@ -16,16 +11,16 @@ def target_rank(kb):
     TP 0's (a single-GPU run prints none)."""
     options = kb.first(F.Options, role=None)
     wanted = options.target_rank if options else 0
-    keys = sorted({f.rank.key() for f in kb.of(*_SCHEDULER, role=None)})
+    keys = sorted({f.rank.key() for f in kb.facts if f.evidence.line != F.INPUT_LINE})
     match = [k for k in keys if k[2] == wanted]
     premises = (options,) if options else ()
     if match:
         yield Derived("target_rank", None, match[0], "target-rank", premises,
                       f"TP{wanted}: the first of {len(match)} matching rank(s)")
     elif wanted == 0:
-        yield Derived("target_rank", None, (0, 0, 0), "target-rank", premises,
+        yield Derived("target_rank", None, (0, 0, 0, ""), "target-rank", premises,
                       "TP0: the rank of lines without a rank tag")
     else:
         yield Derived("target_rank", None, Unknown(
             f"no rank with TP index {wanted} printed a memory line; the log has TP "
-            + ", ".join(str(k[2]) for k in keys)), "target-rank", premises)
+            + ", ".join(str(k[2]) for k in keys if k[2] < 1 << 20)), "target-rank", premises)

@@ -5,3 +5,4 @@ print; `sglang` and `vllm` hold each framework's own line kinds.
 """
 from capdiag.facts.base import *  # noqa: F401,F403
 from capdiag.facts.sglang import *  # noqa: F401,F403
+from capdiag.facts.vllm import *  # noqa: F401,F403

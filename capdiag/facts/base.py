@@ -20,7 +20,11 @@ class Evidence:
 
 @attrs.frozen(order=True)
 class Rank:
-    """Rank tags from the line prefix; None where the prefix does not carry that tag."""
+    """Rank tags from the line prefix; None where the prefix does not carry that tag.
+
+    `worker` names a process whose rank index the line does not give (vLLM's V0
+    `VllmWorkerProcess pid=7`, Ray's `RayWorkerWrapper pid=…`): such a process is not TP 0.
+    """
 
     tp: Optional[int] = None
     dp: Optional[int] = None
@@ -28,26 +32,33 @@ class Rank:
     ep: Optional[int] = None
     attn_cp: Optional[int] = None
     moe_dp: Optional[int] = None
+    worker: Optional[str] = None
 
     @property
     def tagged(self) -> bool:
         return any(v is not None for v in attrs.astuple(self))
 
     @property
-    def tp_index(self) -> int:
-        """Lines with no TP tag belong to TP 0 (single GPU, or a main-process line)."""
-        return self.tp if self.tp is not None else 0
+    def tp_index(self) -> Optional[int]:
+        """Lines with no TP tag belong to TP 0 (single GPU, or a main-process line), except a
+        worker process of unknown index."""
+        if self.tp is not None:
+            return self.tp
+        return None if self.worker else 0
 
     @property
     def label(self) -> str:
         parts = [f"{name.upper()}{value}" for name, value in
                  (("dp", self.dp), ("pp", self.pp), ("attn_cp", self.attn_cp),
                   ("moe_dp", self.moe_dp), ("tp", self.tp), ("ep", self.ep)) if value is not None]
+        if self.worker:
+            parts.append(f"({self.worker})")
         return " ".join(parts) or "untagged (TP0)"
 
     def key(self) -> tuple:
         """Sort/identity key that treats an untagged line as TP0."""
-        return (self.dp or 0, self.pp or 0, self.tp_index)
+        index = self.tp_index
+        return (self.dp or 0, self.pp or 0, index if index is not None else 1 << 20, self.worker or "")
 
 
 NO_RANK = Rank()
@@ -78,6 +89,15 @@ class Fact:
 @attrs.frozen(kw_only=True)
 class ServerReady(Fact):
     PHASE: ClassVar[str] = "ready"
+
+
+@attrs.frozen(kw_only=True)
+class LaunchCommand(Fact):
+    """The command that started the server (`python -m sglang.launch_server …`, `vllm serve MODEL …`),
+    as pasted into the log."""
+
+    program: str
+    args: dict[str, Optional[str]]  # option name with dashes as underscores -> value
 
 
 @attrs.frozen(kw_only=True)

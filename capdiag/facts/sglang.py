@@ -21,14 +21,6 @@ class ServerArgs(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class LaunchCommand(Fact):
-    """`python -m sglang.launch_server --model-path … --tp 8` as pasted into the log."""
-
-    program: str
-    args: dict[str, Optional[str]]  # option name with dashes as underscores -> value
-
-
-@attrs.frozen(kw_only=True)
 class ModelPathHint(Fact):
     """A model path named outside server_args (HF snapshot or tokenizer lines)."""
 

@@ -1,24 +1,56 @@
-"""Candidate lines → facts. One grammar per framework; each fact gets its Evidence."""
+"""Candidate lines → facts. One grammar per framework; each fact gets its Evidence.
+
+A line is offered to each framework's grammar in turn (only the one named, with
+`framework=`). The framework of a log is the one whose own line kinds it holds most of.
+"""
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import attrs
 
 from capdiag import facts as F
+from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.sglang import parse_sglang_line
+from capdiag.parsing.vllm import parse_vllm_line
 from capdiag.source import Line
 
+FRAMEWORKS = ("sglang", "vllm")
 
-def read_facts(lines: Iterable[Line]) -> Iterator[F.Fact]:
+
+def _parse(text: str, framework: Optional[str]) -> list[Parsed]:
+    if framework != "vllm":
+        parsed = parse_sglang_line(text)
+        if parsed is not None:
+            return [parsed]
+    if framework != "sglang":
+        return parse_vllm_line(text)
+    return []
+
+
+def read_facts(lines: Iterable[Line], framework: Optional[str] = None) -> Iterator[F.Fact]:
     for line in lines:
-        parsed = parse_sglang_line(line.text)
-        if parsed is None:
-            continue
-        values = dict(parsed.values)
-        role = values.pop("_role", None)
-        extra = {"role": role, "role_stated": True} if role else {}
-        yield parsed.cls(evidence=F.Evidence(line.number, line.raw), rank=parsed.rank, **values, **extra)
+        for parsed in _parse(line.text, framework):
+            values = dict(parsed.values)
+            role = values.pop("_role", None)
+            extra = {"role": role, "role_stated": True} if role else {}
+            yield parsed.cls(evidence=F.Evidence(line.number, line.raw), rank=parsed.rank, **values, **extra)
+
+
+def framework_of(fact: F.Fact) -> Optional[str]:
+    """The framework whose own line kind a fact is; None for kinds both print."""
+    module = type(fact).__module__
+    return next((name for name in FRAMEWORKS if module.endswith("." + name)), None)
+
+
+def detect_framework(facts: Iterable[F.Fact]) -> Optional[str]:
+    counts = {name: 0 for name in FRAMEWORKS}
+    for fact in facts:
+        name = framework_of(fact)
+        if name:
+            counts[name] += 1
+    best = max(counts.values())
+    return None if best == 0 else max(FRAMEWORKS, key=lambda n: counts[n])
 
 
 def with_launch(fact: F.Fact, launch: int) -> F.Fact:

@@ -14,6 +14,8 @@ from lark import Lark, Token, Transformer
 
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
+from capdiag.parsing.parsed import Parsed
+from capdiag.parsing.prose import read_oom_message
 from capdiag.resources import grammar_text
 
 
@@ -21,18 +23,6 @@ from capdiag.resources import grammar_text
 class Quantity:
     value: float | int
     unit: Optional[str]
-
-
-@attrs.frozen
-class Parsed:
-    """A parsed line before it is tied to its evidence."""
-
-    rank: F.Rank
-    cls: type
-    values: dict[str, Any]
-
-
-_UNIT_TO_MIB = {"GiB": 1024.0, "GB": 1024.0, "MiB": 1.0, "MB": 1.0, "KiB": 1 / 1024, "KB": 1 / 1024}
 
 
 def _number(text: str) -> float | int:
@@ -270,39 +260,6 @@ class _Lines(Transformer):
             if isinstance(item, F.Rank):
                 rank = attrs.evolve(rank, **{k: v for k, v in attrs.asdict(item).items() if v is not None})
         return Parsed(rank, body[0], body[1])
-
-
-# The phrase before (or after) each figure of PyTorch's out-of-memory message, both wordings.
-_OOM_BEFORE = (("tried to allocate", "tried_to_allocate_mib"), ("total capacity of", "total_capacity_gib"),
-               ("of which", "free_mib"), ("process has", "process_in_use_gib"),
-               ("of the allocated memory", "allocated_by_pytorch_gib"))
-_OOM_AFTER = (("is reserved by pytorch but unallocated", "reserved_unallocated_mib"),
-              ("total capacity", "total_capacity_gib"), ("free", "free_mib"),
-              ("already allocated", "allocated_by_pytorch_gib"))
-
-
-def read_oom_message(tokens: list[Token]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for i, tok in enumerate(tokens):
-        if tok.type == "GPU_INDEX" and "gpu" not in values:
-            values["gpu"] = int(str(tok).split()[1])
-        if tok.type != "QTY":
-            continue
-        before = str(tokens[i - 1]).strip(" ,.;(").lower() if i else ""
-        after = str(tokens[i + 1]).strip(" ,.;)").lower() if i + 1 < len(tokens) else ""
-        key = next((k for phrase, k in _OOM_BEFORE if before.endswith(phrase)), None)
-        key = key or next((k for phrase, k in _OOM_AFTER if after.startswith(phrase)), None)
-        if key is None or key in values:
-            continue
-        number, unit = str(tok).replace(" ", "")[:-3], str(tok).replace(" ", "")[-3:]
-        if unit.endswith("B") and unit not in _UNIT_TO_MIB:
-            number, unit = str(tok).replace(" ", "")[:-2], unit[-2:]
-        value = float(number)
-        wanted = "MiB" if key.endswith("_mib") else "GiB"
-        if unit != wanted and unit in _UNIT_TO_MIB:
-            value = round(value * _UNIT_TO_MIB[unit] / _UNIT_TO_MIB[wanted], 4)
-        values[key] = value
-    return values
 
 
 @lru_cache(maxsize=1)

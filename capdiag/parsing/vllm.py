@@ -1,0 +1,281 @@
+"""vLLM log lines → facts, through grammar/vllm.lark and a Transformer."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any, Optional
+
+import attrs
+from lark import Lark, Token, Transformer
+from lark.exceptions import LarkError
+
+from capdiag import facts as F
+from capdiag.parsing.literal import parse_call_or_dict
+from capdiag.parsing.prose import name_numbers, read_oom_message, split_quantity
+from capdiag.parsing.parsed import Parsed
+from capdiag.resources import grammar_text
+
+# `(Worker_DP1_PP0_TP1_EP1 pid=7)`, `(VllmWorker TP0 pid=7)`, `(VllmWorker PP0_TP1 pid=7)`
+_TAG_PART = re.compile(r"(DP|PP|TP|EP|DCP|PCP)(\d+)")
+
+
+def rank_of(tag: str) -> F.Rank:
+    """The rank a process tag names. Engine-level processes (API server, engine core) are TP 0's;
+    a worker whose index the tag does not give keeps its label instead."""
+    inner = tag.strip("()").split(" pid=")[0]
+    name = inner.split()[0].split("_")[0]
+    dp_match = re.search(r"EngineCore_(?:DP)?(\d+)", inner)
+    if name in ("APIServer", "ApiServer", "EngineCore", "MainProcess", "LLMEngine"):
+        return F.Rank(dp=int(dp_match.group(1))) if dp_match and "DP" in inner else F.NO_RANK
+    rank = re.search(r"rank=(\d+)", inner)
+    if rank:
+        return F.Rank(tp=int(rank.group(1)))
+    tags = {k.lower(): int(v) for k, v in _TAG_PART.findall(inner.split(" ", 1)[-1] if " " in inner else inner)
+            if k in ("DP", "PP", "TP", "EP")}
+    if tags:
+        return F.Rank(**tags)
+    if name == "Worker":  # every parallel size is 1: the only worker
+        return F.NO_RANK
+    return F.Rank(worker=tag.strip("()"))
+
+
+def _q(item) -> Optional[float]:
+    return item[0] if isinstance(item, tuple) else None
+
+
+# `Actual usage is X GiB for weight, Y GiB for peak activation, …` (0.27+: consumed memory)
+_USAGE_AFTER = (("for weight", "weights_gib"), ("for consumed memory", "consumed_gib"),
+                ("for peak activation", "activation_gib"), ("for non-torch", "non_torch_gib"),
+                ("for cudagraph", "cudagraph_gib"))
+_USAGE_UNITS = {k: "GiB" for _, k in _USAGE_AFTER}
+
+
+class _Lines(Transformer):
+    def header(self, items):
+        tags = [str(t) for t in items if isinstance(t, Token) and t.type == "PROC_TAG"]
+        return rank_of(tags[-1]) if tags else F.NO_RANK  # Ray nests: the innermost tag is the worker
+
+    def level_part(self, _):
+        return None
+
+    def quantity(self, items):
+        return (float(items[0]), str(items[1]) if len(items) > 1 else None)
+
+    def field(self, items):
+        return (str(items[0].children[0]) if hasattr(items[0], "children") else str(items[0]), items[2])
+
+    def key(self, items):
+        return str(items[0])
+
+    def fields(self, items):
+        return {k: v for k, v in (i for i in items if isinstance(i, tuple))}
+
+    def prose(self, items):
+        return list(items)
+
+    # ---- configuration
+    def version(self, items):
+        return (F.VllmVersion, {"version": str(items[1]).lstrip("v")})
+
+    def engine_config(self, items):
+        head, version, rest = str(items[0]), str(items[1]).lstrip("v"), str(items[-1])
+        engine = "V1" if "V1" in head else ("V0" if "V0" in head else None)
+        try:
+            parsed = parse_call_or_dict(f"VllmConfig({rest.rstrip(', ')})")
+            fields, cut = parsed.fields, parsed.truncated_at
+        except ValueError:
+            fields, cut = {}, 0
+        return (F.VllmEngineConfig, {"version": version, "engine": engine, "fields": fields, "truncated_at": cut})
+
+    def non_default_args(self, items):
+        return self._args(str(items[-1]), "non-default")
+
+    def args_namespace(self, items):
+        return self._args(str(items[-1]), "namespace")  # `args: Namespace(…)`, or a bench script's own
+
+    @staticmethod
+    def _args(text: str, style: str):
+        try:
+            parsed = parse_call_or_dict(text)
+        except ValueError:
+            return None
+        return (F.VllmArgs, {"fields": parsed.fields, "style": style, "truncated_at": parsed.truncated_at})
+
+    def max_model_len(self, items):
+        return (F.VllmMaxModelLen, {"tokens": int(items[-1])})
+
+    # ---- memory
+    def model_loading(self, items):
+        qty = next(i for i in items if isinstance(i, tuple))
+        numbers = [i for i in items if isinstance(i, Token) and i.type == "NUMBER"]
+        return (F.VllmModelLoading, {"gib": qty[0], "unit": qty[1],
+                                     "seconds": float(numbers[0]) if numbers else None})
+
+    def profiling_takes(self, items):
+        return (F.VllmMemoryProfile, {"values": {"seconds": float(items[0])}, "form": "three-line"})
+
+    def instance_can_use(self, items):
+        total, util, usable = items[1], items[2], items[3]
+        return (F.VllmMemoryProfile, {"values": {"total_gpu_memory_gib": total[0], "gpu_memory_utilization": float(util),
+                                                 "usable_gib": usable[0]}, "form": "three-line"})
+
+    def weights_take(self, items):
+        q = [i for i in items if isinstance(i, tuple)]
+        names = ("weights_gib", "non_torch_gib", "activation_peak_gib", "kv_cache_gib")
+        return (F.VllmMemoryProfile, {"values": {n: v[0] for n, v in zip(names, q)},
+                                      "form": "three-line" if len(q) > 1 else "table"})
+
+    _RESULT_KEYS = {"total_gpu_memory": "total_gpu_memory_gib", "kv_cache_size": "kv_cache_gib",
+                    "non_torch_memory": "non_torch_gib", "gpu_memory_utilization": "gpu_memory_utilization",
+                    "peak_torch_memory": "peak_torch_gib", "initial_memory_usage": "initial_memory_usage_gib",
+                    "memory_usage_post_profile": "post_profile_gib"}
+    _ROW_KEYS = {"total_gpu_memory": "total_gpu_memory_gib", "gpu_memory_utilization": "gpu_memory_utilization",
+                 "the current vLLM instance can use": "usable_gib", "non_torch_memory": "non_torch_gib",
+                 "PyTorch activation peak memory": "activation_peak_gib",
+                 "available_kv_cache_memory": "kv_cache_gib"}
+
+    def profiling_results(self, items):
+        f = items[-1] if items and isinstance(items[-1], dict) else {}
+        values = {self._RESULT_KEYS[k]: v[0] for k, v in f.items() if k in self._RESULT_KEYS}
+        return (F.VllmMemoryProfile, {"values": values, "form": "one-line" if values else "table"}) if values else None
+
+    def profile_row(self, items):
+        return (F.VllmMemoryProfile, {"values": {self._ROW_KEYS[str(items[0])]: items[1][0]}, "form": "table"})
+
+    def available_kv(self, items):
+        return (F.VllmAvailableKV, {"gib": items[-1][0]})
+
+    def kv_cache_size(self, items):
+        head, counts = str(items[0]), [i for i in items if isinstance(i, Token) and i.type == "COUNT"]
+        size = (F.VllmKVCacheSize, {"tokens": int(str(counts[0]).replace(",", "")),
+                                    "device": head.split(" KV cache size")[0]})
+        if len(counts) == 2:  # 0.28+: both statements on one line
+            x = next(i for i in items if isinstance(i, Token) and i.type == "CONCURRENCY")
+            return [size, (F.VllmMaxConcurrency, {"tokens": int(str(counts[1]).replace(",", "")),
+                                                  "x": float(str(x)[:-1])})]
+        return size
+
+    def max_concurrency(self, items):
+        return (F.VllmMaxConcurrency, {"tokens": int(str(items[1]).replace(",", "")), "x": float(str(items[-1])[:-1])})
+
+    def gpu_blocks(self, items):
+        ints = [int(i) for i in items if isinstance(i, Token) and i.type == "INT"]
+        return (F.VllmGpuBlocks, {"blocks": ints[0], "cpu_blocks": ints[1] if len(ints) > 1 else None,
+                                  "wording": str(items[0]).rstrip(":")})
+
+    def num_gpu_blocks(self, items):
+        return (F.VllmGpuBlocks, {"blocks": int(items[-1]), "wording": "num_gpu_blocks is"})
+
+    def graph_captured(self, items):
+        qty = next((i for i in items if isinstance(i, tuple)), None)
+        return (F.VllmGraphCapture, {"seconds": float(items[0]), "gib": qty[0] if qty else None})
+
+    def graph_pool(self, items):
+        q = [i for i in items if isinstance(i, tuple)]
+        pct = next((i for i in items if isinstance(i, Token) and i.type == "PERCENT"), None)
+        return (F.VllmGraphPool, {"actual_gib": q[0][0], "estimated_gib": q[1][0], "difference_gib": q[2][0],
+                                  "percent": float(str(pct)[:-1]) if pct else None})
+
+    def graph_estimate(self, items):
+        return (F.VllmGraphEstimate, {"gib": items[0][0]})
+
+    def util_advice(self, items):
+        values = name_numbers(items[-1], "PNUM", (("--gpu-memory-utilization=", "current"),),
+                              (("without cuda graph", "equivalent"), ("to maintain", "equivalent"),
+                               ("to disable", "suggested")), {})
+        if "current" not in values:
+            return None
+        numbers = [float(split_quantity(str(t))[0]) for t in items[-1] if t.type == "PNUM"]
+        return (F.VllmUtilizationAdvice, {"current": numbers[0], "equivalent": numbers[1] if len(numbers) > 1 else None,
+                                          "suggested": numbers[2] if len(numbers) > 2 else None})
+
+    def free_on_device(self, items):
+        """Both wordings open with free/total and the utilization with its GiB; the usage items
+        that follow (success report) are named by the words after each figure."""
+        tokens = items[-1]
+        numbers = [t for t in tokens if t.type == "PNUM"]
+        values: dict[str, Any] = dict(zip(("free_gib", "total_gib", "utilization", "requested_gib"),
+                                          (split_quantity(str(t))[0] for t in numbers[:4])))
+        rest = tokens[tokens.index(numbers[3]) + 1:] if len(numbers) > 4 else []
+        values.update(name_numbers(rest, "PNUM", (), _USAGE_AFTER, _USAGE_UNITS))
+        text = "".join(str(t) for t in tokens).lower()
+        if "in use is" in text and len(numbers) > 4:
+            number, unit = split_quantity(str(numbers[-1]))
+            values["kv_in_use_gib"] = round(number / (1 << 30), 2) if unit == "bytes" else number
+        values["error"] = "less than desired" in text
+        return (F.VllmStartupMemory, values)
+
+    def initial_free(self, items):
+        tokens = items[-1]
+        values = name_numbers(tokens, "PNUM", (("reserved", "reserved_kv_gib"),),
+                              (("gib; requested", "free_gib"), ("gib, reserved", "free_gib"), ("gib, free", "free_gib"),
+                               ("(util)", "utilization"), ("gib memory for kv", "reserved_kv_gib"),
+                               ("memory for kv", "reserved_kv_gib")),
+                              {"free_gib": "GiB", "reserved_kv_gib": "GiB", "utilization": ""})
+        numbers = [t for t in tokens if t.type == "PNUM"]
+        if numbers and "free_gib" not in values:
+            values["free_gib"] = split_quantity(str(numbers[0]))[0]
+        if "utilization" in values and len(numbers) >= 3:
+            values["requested_gib"] = split_quantity(str(numbers[2]))[0]
+        return (F.VllmInitialFree, values) if values else None
+
+    def no_cache_memory(self, _):
+        return (F.VllmStartupError, {"reason": "no-cache-memory"})
+
+    def seq_len_exceeds(self, items):
+        numbers = [int(float(split_quantity(str(t))[0])) for t in items[-1] if t.type == "PNUM"]
+        return (F.VllmStartupError, {"reason": "max-seq-len", "model_len": numbers[0] if numbers else None,
+                                     "kv_tokens": numbers[1] if len(numbers) > 1 else None})
+
+    def engine_failed(self, _):
+        return (F.VllmStartupError, {"reason": "engine-failed"})
+
+    def oom_piece(self, items):
+        return items[0]
+
+    def oom(self, items):
+        return (F.OutOfMemory, read_oom_message(t for t in items[1:] if isinstance(t, Token)))
+
+    def engine_ready(self, _):
+        return (F.VllmEngineReady, {})
+
+    def app_ready(self, _):
+        return (F.ServerReady, {})
+
+    def moe_config(self, items):
+        return (F.DeviceName, {"name": str(items[1])})
+
+    def hybrid_block_size(self, items):
+        return (F.VllmHybridBlockSize, {"block_size": int(items[0])})
+
+    def cli_arg(self, items):
+        return (str(items[0]).lstrip("-").replace("-", "_"), str(items[1]) if len(items) > 1 else None)
+
+    def launch_command(self, items):
+        words = [str(i) for i in items[1:] if isinstance(i, Token)]
+        args = dict(i for i in items[1:] if isinstance(i, tuple))
+        if words and "model" not in args:
+            args["model"] = words[0]  # `vllm serve MODEL`
+        return (F.LaunchCommand, {"program": str(items[0]).split()[-1], "args": args})
+
+    def start(self, items):
+        body = items[-1]
+        if body is None:
+            return None
+        rank = items[0] if len(items) > 1 and isinstance(items[0], F.Rank) else F.NO_RANK
+        bodies = body if isinstance(body, list) else [body]
+        return [Parsed(rank, cls, values) for cls, values in bodies]
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return Lark(grammar_text("vllm.lark"), parser="lalr", lexer="contextual")
+
+
+def parse_vllm_line(text: str) -> list[Parsed]:
+    """The facts a line states (0.28+ prints two on one line), or [] when it states none."""
+    try:
+        tree = _parser().parse(text)
+    except LarkError:
+        return []
+    return _Lines().transform(tree) or []

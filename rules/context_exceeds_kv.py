@@ -1,0 +1,49 @@
+"""context-exceeds-kv (CD104)."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Finding, rule
+from capdiag.rules._common import line_ref
+
+FEW_REQUESTS = 2  # fewer full-context requests than this fit: worth saying
+
+
+@rule("context-exceeds-kv", code="CD104", severity="warning")
+def context_exceeds_kv(kb):
+    """What it checks: one request at the full context length (SGLang's `context_len`, vLLM's
+    `max_model_len`) does not fit in the KV pool, or only a handful do. vLLM refuses to start
+    in the first case ("The model's max seq len (N) is larger than the maximum number of tokens
+    that can be stored in KV cache (M)"); SGLang starts, and such a request waits forever or is
+    cut.
+
+    Why it matters: the context length promises clients a prompt size the pool cannot hold.
+
+    Example: `max_total_num_tokens=20480 … context_len=32768`.
+
+    What to do: lower the context length to what the pool holds, or grow the pool: a higher
+    static fraction / gpu_memory_utilization, an fp8 KV cache, more TP.
+    """
+    error = next((e for e in kb.of(F.VllmStartupError, role=None) if e.reason == "max-seq-len"), None)
+    if error is not None:
+        yield Finding("finding", "context-exceeds-kv", None, "context-exceeds-kv", (error,),
+                      f"vLLM refused to start ({line_ref(error)}): max_model_len {error.model_len} exceeds the "
+                      f"{error.kv_tokens} tokens the KV cache holds.",
+                      severity="error", title="The context length exceeds the KV cache",
+                      action=f"Set --max-model-len ≤ {error.kv_tokens}, or raise --gpu-memory-utilization, "
+                             "use an fp8 KV cache or more TP.")
+        return
+    tokens = kb.get("kv_pool", "tokens")
+    context = kb.get("config", "max_model_len") or kb.get("config", "context_len")
+    if tokens is None or context is None or not tokens.known or not context.known or not context.value:
+        return
+    fit = tokens.value // context.value
+    if fit >= FEW_REQUESTS:
+        return
+    title = ("One request at the full context does not fit in the KV pool" if fit == 0
+             else f"Only {fit} request at the full context fits in the KV pool")
+    yield Finding("finding", "context-exceeds-kv", None, "context-exceeds-kv", (tokens, context),
+                  f"The pool holds {tokens.value} tokens; the context length is {context.value}: "
+                  f"{fit} full-length request(s) fit at once.",
+                  severity="warning" if fit == 0 else "info", title=title,
+                  action=f"Lower the context length to ≤ {tokens.value}, or grow the pool (higher static fraction, "
+                         "fp8 KV cache, more TP).", detail={"fit": fit})

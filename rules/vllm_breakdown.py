@@ -1,0 +1,189 @@
+"""Where the target rank's GPU memory went under vLLM, category by category.
+
+vLLM states its figures in GiB ("GB" in releases up to 0.8.2, computed as GiB). Rows are
+`measured` (printed), `derived` (arithmetic shown) or `unknown` (reason shown).
+"""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Unknown, rule
+from capdiag.rules._common import gib, line_ref, target
+from capdiag.rules.breakdown import row
+
+
+def _profile(kb, rank, key):
+    """The first memory-profiling statement of `key` on the rank, as (fact, value)."""
+    for p in kb.of(F.VllmMemoryProfile, rank=rank):
+        if key in p.values:
+            return p, p.values[key]
+    return None, None
+
+
+def _startup(kb, rank, attr):
+    s = next((s for s in kb.of(F.VllmStartupMemory, rank=rank) if not s.error and getattr(s, attr) is not None), None)
+    return (s, getattr(s, attr)) if s is not None else (None, None)
+
+
+@rule("vllm.breakdown.weights")
+def weights(kb):
+    """Weights: `Model loading took X GiB` (torch memory the load allocated on this rank; older
+    releases print "GB" for the same GiB figure), else the profiling record's `model weights
+    take`, else the `Free memory on device` report's weight figure."""
+    rank = target(kb)
+    if rank is None:
+        return
+    load = kb.first(F.VllmModelLoading, rank)
+    if load is not None:
+        note = " (printed \"GB\", computed as GiB)" if load.unit == "GB" else ""
+        yield row("weights", load.gib, "measured", "vllm.breakdown.weights", (load,),
+                  f"Model loading took {load.gib} {load.unit or 'GiB'}{note} ({line_ref(load)})")
+        return
+    for fact, value, what in (_profile(kb, rank, "weights_gib") + ("profiling record: model weights take",),
+                              _startup(kb, rank, "weights_gib") + ("`Free memory on device` report",)):
+        if fact is not None:
+            yield row("weights", value, "measured", "vllm.breakdown.weights", (fact,), f"{what} ({line_ref(fact)})")
+            return
+    yield row("weights", Unknown("the log shows no model-loading figure for this rank"), "unknown",
+              "vllm.breakdown.weights", (), "")
+
+
+@rule("vllm.breakdown.kv-cache")
+def kv_cache(kb):
+    """KV cache: `Available KV cache memory` (the bytes turned into blocks), else the profiling
+    record's KV figure (`the rest of the memory reserved for KV Cache`, `kv_cache_size=`), else
+    the explicit `--kv-cache-memory` reservation."""
+    rank = target(kb)
+    if rank is None:
+        return
+    available = kb.first(F.VllmAvailableKV, rank)
+    fact, value = _profile(kb, rank, "kv_cache_gib")
+    reserved = next((i for i in kb.of(F.VllmInitialFree, rank=rank) if i.reserved_kv_gib is not None), None)
+    if available is not None:
+        yield row("kv_cache", available.gib, "measured", "vllm.breakdown.kv-cache", (available,),
+                  f"Available KV cache memory ({line_ref(available)})")
+    elif fact is not None:
+        yield row("kv_cache", value, "measured", "vllm.breakdown.kv-cache", (fact,),
+                  f"profiling record: memory reserved for the KV cache ({line_ref(fact)})")
+    elif reserved is not None:
+        yield row("kv_cache", reserved.reserved_kv_gib, "measured", "vllm.breakdown.kv-cache", (reserved,),
+                  f"explicit --kv-cache-memory reservation ({line_ref(reserved)})")
+    else:
+        yield row("kv_cache", Unknown("the log prints no KV-cache memory figure for this rank"), "unknown",
+                  "vllm.breakdown.kv-cache", (), "")
+
+
+@rule("vllm.breakdown.cuda-graph")
+def cuda_graph(kb):
+    """CUDA graphs: `Graph capturing finished …, took X GiB` (free memory before minus after
+    capture), else the 0.18+ `CUDA graph pool memory … (actual)`, else the pre-capture
+    estimate (stated as an estimate). A negative capture figure is a measurement artefact
+    (free memory rose during capture) and is not used as a size. `enforce_eager` → none."""
+    rank = target(kb)
+    if rank is None:
+        return
+    capture = next((g for g in kb.of(F.VllmGraphCapture, rank=rank) if g.gib is not None), None)
+    pool = kb.first(F.VllmGraphPool, rank)
+    estimate = kb.first(F.VllmGraphEstimate, rank)
+    eager = kb.get("config", "enforce_eager")
+    if capture is not None and capture.gib >= 0:
+        yield row("cuda_graph", capture.gib, "measured", "vllm.breakdown.cuda-graph", (capture,),
+                  f"Graph capturing took {capture.gib} GiB ({line_ref(capture)})")
+    elif pool is not None:
+        yield row("cuda_graph", pool.actual_gib, "measured", "vllm.breakdown.cuda-graph", (pool,),
+                  f"CUDA graph pool memory (actual) ({line_ref(pool)})")
+    elif capture is not None:
+        yield row("cuda_graph", Unknown(f"the capture line prints {capture.gib} GiB: free memory rose during "
+                                        "capture, a measurement artefact, not a size"), "unknown",
+                  "vllm.breakdown.cuda-graph", (capture,), "")
+    elif estimate is not None:
+        yield row("cuda_graph", estimate.gib, "derived", "vllm.breakdown.cuda-graph", (estimate,),
+                  f"vLLM's estimate before capture ({line_ref(estimate)}); no measured figure")
+    elif eager is not None and eager.value is True:
+        yield row("cuda_graph", 0.0, "derived", "vllm.breakdown.cuda-graph", (eager,), "enforce_eager=True: no graphs")
+    else:
+        yield row("cuda_graph", Unknown("the log shows no graph-capture figure for this rank"), "unknown",
+                  "vllm.breakdown.cuda-graph", (), "")
+
+
+@rule("vllm.breakdown.activation")
+def activation(kb):
+    """Activation: the peak activation memory of the profiling forward pass, where printed (V0
+    record, 0.10.2+ `Free memory on device` report). vLLM reserves it inside the budget."""
+    rank = target(kb)
+    if rank is None:
+        return
+    for fact, value, what in (_profile(kb, rank, "activation_peak_gib") + ("profiling record",),
+                              _startup(kb, rank, "activation_gib") + ("`Free memory on device` report",)):
+        if fact is not None:
+            yield row("activation", value, "measured", "vllm.breakdown.activation", (fact,),
+                      f"peak activation, {what} ({line_ref(fact)})")
+            return
+
+
+@rule("vllm.breakdown.framework")
+def framework(kb):
+    """Framework: non-torch memory (CUDA context, NCCL and custom all-reduce buffers) as the
+    profiling record or the `Free memory on device` report prints it; from 0.27 that report
+    prints weights + non-torch together as "consumed", so non-torch = consumed − weights.
+    Not printed → unknown."""
+    rank = target(kb)
+    if rank is None:
+        return
+    for fact, value, what in (_profile(kb, rank, "non_torch_gib") + ("profiling record",),
+                              _startup(kb, rank, "non_torch_gib") + ("`Free memory on device` report",)):
+        if fact is not None:
+            yield row("framework", value, "measured", "vllm.breakdown.framework", (fact,),
+                      f"non-torch memory, {what} ({line_ref(fact)})")
+            return
+    consumed, value = _startup(kb, rank, "consumed_gib")
+    weights_row = kb.get("breakdown", "weights")
+    if consumed is not None and weights_row is not None and weights_row.known:
+        yield row("framework", gib(value - weights_row.value), "derived", "vllm.breakdown.framework",
+                  (consumed, weights_row), f"consumed (weights + non-torch) {value} − weights {weights_row.value} GiB "
+                  f"({line_ref(consumed)})")
+        return
+    yield row("framework", Unknown("the log prints no non-torch memory figure"), "unknown",
+              "vllm.breakdown.framework", (), "")
+
+
+@rule("vllm.breakdown.budget")
+def budget(kb):
+    """Budget: what vLLM may use, total × gpu_memory_utilization (printed by the profiling
+    record and the `Free memory on device` report, else computed from a stated total and
+    utilization), and what lies outside it (total − budget): memory vLLM leaves alone."""
+    rank = target(kb)
+    util = kb.get("config", "gpu_memory_utilization")
+    if rank is None or util is None:
+        return
+    total_fact, total = _profile(kb, rank, "total_gpu_memory_gib")
+    usable_fact, usable = _profile(kb, rank, "usable_gib")
+    startup = next((s for s in kb.of(F.VllmStartupMemory, rank=rank) if s.total_gib is not None), None)
+    if total is None and startup is not None:
+        total_fact, total = startup, startup.total_gib
+    if usable is None and startup is not None and startup.requested_gib is not None:
+        usable_fact, usable = startup, startup.requested_gib
+    if total is None:
+        given = kb.first(F.GpuTotal, role=None)
+        total_fact, total = (given, given.gib) if given is not None else (None, None)
+    if total is None:
+        yield row("budget", Unknown("needs the GPU total, which the log does not print (give --gpu or "
+                                    "--gpu-total-gib)"), "unknown", "vllm.breakdown.budget", (util,), "")
+        return
+    if usable is not None:
+        yield row("budget", usable, "measured", "vllm.breakdown.budget", (usable_fact,),
+                  f"total × utilization as printed ({line_ref(usable_fact)})", )
+    elif util.known:
+        yield row("budget", gib(total * util.value), "derived", "vllm.breakdown.budget", (total_fact, util),
+                  f"total {total} × gpu_memory_utilization {util.value} GiB")
+    else:
+        yield row("budget", Unknown(f"needs gpu_memory_utilization: {util.value.reason}"), "unknown",
+                  "vllm.breakdown.budget", (total_fact, util), "")
+
+
+@rule("vllm.breakdown.other")
+def other(kb):
+    """Other: memory in use that no line accounts for. It needs the GPU's measured used memory
+    (nvidia-smi), which the log does not print; capdiag does not read nvidia-smi yet."""
+    if target(kb) is not None:
+        yield row("other", Unknown("needs the GPU's measured used memory (nvidia-smi), which the log does "
+                                   "not print"), "unknown", "vllm.breakdown.other", (), "")

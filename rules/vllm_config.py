@@ -1,0 +1,105 @@
+"""vLLM's serving configuration, as the log states it."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Derived, Unknown, rule
+from capdiag.rules._common import line_ref
+
+# report key -> (engine-config field, argument name). The engine config holds resolved values.
+_FIELDS = {
+    "model": ("model", "model"), "max_model_len": ("max_seq_len", "max_model_len"),
+    "tp_size": ("tensor_parallel_size", "tensor_parallel_size"),
+    "pp_size": ("pipeline_parallel_size", "pipeline_parallel_size"),
+    "dp_size": ("data_parallel_size", "data_parallel_size"),
+    "kv_cache_dtype": ("kv_cache_dtype", "kv_cache_dtype"), "quantization": ("quantization", "quantization"),
+    "enforce_eager": ("enforce_eager", "enforce_eager"), "max_running_requests": (None, "max_num_seqs"),
+    "block_size": (None, "block_size"), "max_num_batched_tokens": (None, "max_num_batched_tokens"),
+}
+
+
+def _number(text: str):
+    """A command-line value as the number it spells, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _stated(value) -> bool:
+    return isinstance(value, (str, int, float, bool))
+
+
+@rule("vllm.config")
+def config(kb):
+    """Concludes each configuration value the log states: the version from the banner or the
+    engine line; the rest from the engine-config line (resolved values: `max_seq_len` is
+    max_model_len), then from `non-default args` / `args: Namespace(…)`, a pasted `vllm serve`
+    command, `Using max model len`, the `Maximum concurrency for N tokens` line (N is
+    max_model_len) or the max-seq-len start-up error. A setting left at its default is not in `non-default args` and
+    stays unstated."""
+    version = kb.first(F.VllmVersion, role=None)
+    engine = kb.first(F.VllmEngineConfig, role=None)
+    if version is not None:
+        yield Derived("config", "framework_version", version.version, "vllm.config", (version,),
+                      f"version banner ({line_ref(version)})")
+    if engine is not None:
+        yield Derived("config", "framework_version", engine.version, "vllm.config", (engine,),
+                      f"engine line v{engine.version} ({line_ref(engine)})")
+    args = kb.of(F.VllmArgs, role=None)
+    for key, (engine_field, arg) in _FIELDS.items():
+        if engine is not None and engine_field and _stated(engine.fields.get(engine_field)):
+            value = engine.fields[engine_field]
+            yield Derived("config", key, value, "vllm.config", (engine,),
+                          f"engine config {engine_field}={value} ({line_ref(engine)})")
+        for a in args:
+            if _stated(a.fields.get(arg)):
+                yield Derived("config", key, a.fields[arg], "vllm.config", (a,),
+                              f"{a.style} args {arg}={a.fields[arg]!r} ({line_ref(a)})")
+    command = kb.first(F.LaunchCommand, role=None)
+    if command is not None:
+        for key, (_, arg) in _FIELDS.items():
+            value = command.args.get(arg)
+            if value is not None:
+                yield Derived("config", key, _number(value), "vllm.config", (command,),
+                              f"launch command --{arg.replace('_', '-')} {value}")
+    length = kb.first(F.VllmMaxModelLen, role=None)
+    if length is not None:
+        yield Derived("config", "max_model_len", length.tokens, "vllm.config", (length,),
+                      f"`Using max model len` ({line_ref(length)})")
+    for stated in kb.of(F.VllmMaxConcurrency, role=None)[:1]:
+        yield Derived("config", "max_model_len", stated.tokens, "vllm.config", (stated,),
+                      f"`Maximum concurrency for {stated.tokens} tokens per request` names max_model_len "
+                      f"({line_ref(stated)})")
+    for error in kb.of(F.VllmStartupError, role=None):
+        if error.model_len is not None:
+            yield Derived("config", "max_model_len", error.model_len, "vllm.config", (error,),
+                          f"the start-up error states max seq len {error.model_len} ({line_ref(error)})")
+
+
+@rule("vllm.gpu-memory-utilization")
+def gpu_memory_utilization(kb):
+    """Concludes gpu_memory_utilization from the first statement of it: the arguments, the V0
+    profiling record, the `Free memory on device` report, the 0.20+ CUDA-graph advice line, the
+    DEBUG `Requested memory` line. Not stated → unknown: its default changed between releases
+    (0.90 up to 0.19, 0.92 from 0.20), so none is assumed."""
+    for a in kb.of(F.VllmArgs, role=None):
+        if isinstance(a.fields.get("gpu_memory_utilization"), (int, float)):
+            value = a.fields["gpu_memory_utilization"]
+            yield Derived("config", "gpu_memory_utilization", value, "vllm.gpu-memory-utilization", (a,),
+                          f"{a.style} args gpu_memory_utilization={value} ({line_ref(a)})")
+            return
+    candidates = [(p, p.values.get("gpu_memory_utilization"), "memory-profiling record")
+                  for p in kb.of(F.VllmMemoryProfile, role=None)]
+    candidates += [(s, s.utilization, "`Free memory on device` report") for s in kb.of(F.VllmStartupMemory, role=None)]
+    candidates += [(u, u.current, "CUDA-graph profiling advice") for u in kb.of(F.VllmUtilizationAdvice, role=None)]
+    candidates += [(i, i.utilization, "`Requested memory` line") for i in kb.of(F.VllmInitialFree, role=None)]
+    for fact, value, source in candidates:
+        if value is not None:
+            yield Derived("config", "gpu_memory_utilization", value, "vllm.gpu-memory-utilization", (fact,),
+                          f"{source} ({line_ref(fact)})")
+            return
+    yield Derived("config", "gpu_memory_utilization",
+                  Unknown("the log does not state gpu_memory_utilization (its default differs by release)"),
+                  "vllm.gpu-memory-utilization")
