@@ -27,6 +27,7 @@ _OPENERS = (F.ServerArgs, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig)
 _FAILURES = (F.SchedulerException, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError)
 
 
+
 @attrs.frozen
 class Launch:
     index: int  # 1-based, in file order
@@ -39,7 +40,12 @@ class Launch:
 
     @property
     def failure(self) -> Optional[F.Fact]:
-        return next((f for f in self.facts if isinstance(f, _FAILURES)), None)
+        """The line that says why the start-up failed: a stated cause (out of memory, a vLLM
+        error with its reason) before a bare crash marker."""
+        causes = [f for f in self.facts if isinstance(f, (F.OutOfMemory, F.NotEnoughMemory))
+                  or (isinstance(f, F.VllmStartupMemory) and f.error)
+                  or (isinstance(f, F.VllmStartupError) and f.reason != "engine-failed")]
+        return causes[0] if causes else next((f for f in self.facts if isinstance(f, _FAILURES)), None)
 
     @property
     def first_line(self) -> int:

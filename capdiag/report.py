@@ -134,7 +134,12 @@ def build(a: Analysis) -> dict[str, Any]:
                    "analyzed_launch": a.launch.index, "first_line": a.launch.first_line,
                    "last_line": a.launch.last_line, "phase_reached": kb.value("phase"), "ready": ready,
                    "stopped_at": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
-                   "server_args": _server_args_note(kb.first(F.ServerArgs, role=None))},
+                   "server_args": _server_args_note(kb.first(F.ServerArgs, role=None)),
+                   "all_launches": [{"launch": l.index, "first_line": l.first_line, "last_line": l.last_line,
+                                     "phase_reached": l.phase,
+                                     "failure": None if l.failure is None else {"line": l.failure.evidence.line,
+                                                                                "text": l.failure.evidence.text}}
+                                    for l in a.launches]},
         "config": config,
         "config_sources": config_sources,
         "gpu": {"alias": given.alias if given else None,
