@@ -10,7 +10,9 @@ from capdiag.engine import Firing, Knowledge, run
 from capdiag.errors import InputError
 from capdiag.launches import Launch, pick_launch, split_launches
 from capdiag.parsing import FRAMEWORKS, detect_framework, framework_of, read_facts
-from capdiag.gpus import gpu_total_fact
+from capdiag.gpus import gpu_input_facts
+from capdiag.parsing.model_config import read_model_config
+from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.rules import rules_for
 from capdiag.source import candidate_lines, open_input, physical_lines
 
@@ -63,19 +65,26 @@ def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], 
     return facts, chosen, counter.count
 
 
-def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[int] = None,
+def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[str] = None,
             token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
-            gpu_total_gib: Optional[float] = None, framework: Optional[str] = None) -> Analysis:
+            gpu_total_gib: Optional[float] = None, framework: Optional[str] = None,
+            nvidia_smi: Optional[str] = None, config_json: Optional[str] = None) -> Analysis:
     facts, framework, lines = read_log(path, framework)
     launches = split_launches(facts)
     if launch is not None and not 1 <= launch <= len(launches):
         raise InputError(f"--launch {launch}: the log holds {len(launches)} launch(es)")
     chosen = pick_launch(launches, launch)
-    inputs: list[F.Fact] = [F.Options(evidence=F.Evidence(F.INPUT_LINE, _options_text(target_rank, token_lengths), 0),
-                                      target_rank=target_rank or 0, token_lengths=tuple(token_lengths))]
-    total = gpu_total_fact(gpu, gpu_total_gib)
-    if total is not None:
-        inputs.append(total)
+    inputs: list[F.Fact] = [F.Options(evidence=F.Evidence(F.INPUT_LINE, _options_text(target_rank, token_lengths), 0,
+                                                          "input"),
+                                      target_rank=target_rank, token_lengths=tuple(token_lengths))]
+    if nvidia_smi is not None:
+        inputs.extend(read_nvidia_smi(nvidia_smi))
+    if config_json is not None:
+        inputs.append(read_model_config(config_json))
+    names = [(f.name, "nvidia-smi name") for f in inputs if isinstance(f, F.SmiGpu) and f.name]
+    names += [(f.name.replace("_", " "), "MoE kernel-config device_name") for f in chosen.facts
+              if isinstance(f, F.DeviceName)]
+    inputs.extend(gpu_input_facts(gpu, gpu_total_gib, names))
     kb = Knowledge(chosen.facts + tuple(inputs))
     firings = run(rules_for(framework), kb)
     if target_rank is not None and not kb.get("target_rank").known:
@@ -84,5 +93,5 @@ def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[in
 
 
 def _options_text(target_rank, token_lengths) -> str:
-    return (f"--target-rank {target_rank if target_rank is not None else 0} "
+    return (f"--target-rank {target_rank if target_rank is not None else 'tp0'} "
             f"--token-lengths {','.join(str(n) for n in token_lengths)}")

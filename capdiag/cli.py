@@ -57,16 +57,22 @@ def main() -> None:
 @click.argument("log")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
-@click.option("--target-rank", type=click.IntRange(min=0), help="TP rank to break down (default 0).")
+@click.option("--target-rank", help="Rank to break down: a TP index (3) or tags (tp3, pp1, dp2, pp1,tp0). Default TP0.")
 @click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True,
               help="Request lengths (tokens) for the concurrency table.")
 @click.option("--gpu", help="GPU alias from references/gpu-specs.json (e.g. h100_sxm, h200, a100_80gb_sxm).")
 @click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB (beats --gpu's reference figure).")
 @click.option("--launch", type=click.IntRange(min=1), help="Which start-up in the file (default: the last that got furthest).")
-def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, launch):
+@click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection: the log is this framework's.")
+@click.option("--nvidia-smi-file", type=click.Path(dir_okay=False),
+              help="nvidia-smi output: `--query-gpu=index,memory.used,memory.free --format=csv[,noheader]` or the table.")
+@click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (theoretical KV bytes per token).")
+def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, launch, framework, nvidia_smi_file,
+            config_json):
     """Explain where each GPU's memory went in LOG (a path, - for stdin, or a .gz file)."""
     a = analyse(log, launch=launch, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
-                gpu_total_gib=gpu_total_gib)
+                gpu_total_gib=gpu_total_gib, framework=framework, nvidia_smi=nvidia_smi_file,
+                config_json=config_json)
     _write(render(build(a), fmt), output)
 
 

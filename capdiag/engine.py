@@ -145,4 +145,4 @@ def evidence_chain(d: Premise) -> Iterator[F.Fact]:
             found.append(node)
         else:
             stack.extend(node.premises)
-    return iter(sorted(found, key=lambda f: f.evidence.line))
+    return iter(sorted(found, key=lambda f: (f.evidence.source != "log", f.evidence.source, f.evidence.line)))

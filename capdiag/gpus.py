@@ -1,7 +1,13 @@
-"""GPU reference data (references/gpu-specs.json, every figure with its source)."""
+"""GPU reference lookups (references/gpu-specs.json, every figure with its source).
+
+Names are matched exactly, as nvidia-smi, torch and MoE kernel-config file names print them
+(`NVIDIA_H100_80GB_HBM3` is `NVIDIA H100 80GB HBM3`); a name the table truncated (`Tesla
+V100-SXM2...`) matches every entry it is a prefix of. Memory size never identifies a GPU:
+several share 81559 or 143771 MiB.
+"""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from capdiag import facts as F
 from capdiag.errors import InputError
@@ -12,35 +18,59 @@ def gpu_specs() -> list[dict[str, Any]]:
     return reference_json("gpu-specs.json")
 
 
+def _norm(name: str) -> str:
+    return " ".join(name.replace("_", " ").replace("-", " ").lower().split())
+
+
 def find_gpu(alias: str) -> dict[str, Any]:
-    wanted = alias.strip().lower().replace("-", "_").replace(" ", "_")
+    wanted = _norm(alias)
     for entry in gpu_specs():
-        names = [entry["alias"]] + [n.lower().replace("-", "_").replace(" ", "_") for n in entry["names"]]
-        if wanted in names:
+        if wanted in [_norm(entry["alias"])] + [_norm(n) for n in entry["names"]]:
             return entry
     known = ", ".join(e["alias"] for e in gpu_specs())
     raise InputError(f"--gpu {alias}: not in references/gpu-specs.json (known: {known})")
 
 
-def gpu_total_fact(alias: Optional[str], total_gib: Optional[float]) -> Optional[F.GpuTotal]:
-    """The GPU total as an input fact: a stated --gpu-total-gib wins over the reference's
-    observed total. Nominal marketing GB is never used as usable GiB."""
+def match_name(name: str) -> list[dict[str, Any]]:
+    """Entries whose device name is `name`; for a truncated name, every entry it begins."""
+    truncated = name.rstrip().endswith("...")
+    wanted = _norm(name.rstrip(". "))
+    found = []
+    for entry in gpu_specs():
+        names = [_norm(n.rstrip(". ")) for n in entry["names"]]
+        if wanted in names or (truncated and any(n.startswith(wanted) for n in names)):
+            found.append(entry)
+    return found
+
+
+def spec_fact(entry: dict[str, Any], matched_by: str) -> F.GpuSpec:
+    text = (f"references/gpu-specs.json {entry['alias']}: {entry['names'][0]}, nominal "
+            f"{entry.get('vendor_nominal_gb')} GB, observed totals {entry.get('observed_total_mib')} MiB "
+            f"(matched by {matched_by})")
+    return F.GpuSpec(evidence=F.Evidence(F.INPUT_LINE, text, 0, "references"), alias=entry["alias"],
+                     names=tuple(entry["names"]), matched_by=matched_by,
+                     nominal_gb=entry.get("vendor_nominal_gb"),
+                     observed_total_mib=tuple(entry.get("observed_total_mib") or ()),
+                     memory_type=entry.get("memory_type"), shared_system_memory=bool(entry.get("shared_system_memory")),
+                     source_url=entry.get("source_url"), observed_source=entry.get("observed_source"),
+                     notes=entry.get("notes"))
+
+
+def gpu_input_facts(alias: Optional[str], total_gib: Optional[float], names: Iterable[tuple[str, str]]) -> list[F.Fact]:
+    """Input facts for the GPU: the stated total, the entry `--gpu` names, and the entries each
+    name seen in the inputs matches (`names` holds (name, where it was seen))."""
+    out: list[F.Fact] = []
     if total_gib is not None:
         if total_gib <= 0:
             raise InputError(f"--gpu-total-gib {total_gib}: must be positive")
-        return F.GpuTotal(evidence=F.Evidence(F.INPUT_LINE, f"--gpu-total-gib {total_gib}", 0),
-                          gib=total_gib, source="--gpu-total-gib", alias=alias)
-    if alias is None:
-        return None
-    entry = find_gpu(alias)
-    observed = entry.get("observed_total_mib") or []
-    if not observed:
-        raise InputError(f"--gpu {alias}: the reference has no measured total for {entry['names'][0]} "
-                         f"(only the nominal {entry.get('vendor_nominal_gb')} GB); give --gpu-total-gib")
-    mib = min(observed)
-    note = f" (smallest of the totals observed: {observed} MiB)" if len(observed) > 1 else ""
-    text = (f"--gpu {alias}: {entry['names'][0]} total {mib} MiB as nvidia-smi reports it{note}; "
-            f"source {entry.get('observed_source') or entry.get('source_url')}")
-    return F.GpuTotal(evidence=F.Evidence(F.INPUT_LINE, text, 0), gib=round(mib / 1024, 2),
-                      source="references/gpu-specs.json observed total", alias=entry["alias"],
-                      name=entry["names"][0])
+        out.append(F.GpuTotal(evidence=F.Evidence(F.INPUT_LINE, f"--gpu-total-gib {total_gib}", 0, "input"),
+                              gib=total_gib))
+    if alias is not None:
+        out.append(spec_fact(find_gpu(alias), f"--gpu {alias}"))
+    seen: set[tuple[str, str]] = set()
+    for name, where in names:
+        for entry in match_name(name):
+            if (entry["alias"], name) not in seen:
+                seen.add((entry["alias"], name))
+                out.append(spec_fact(entry, f"{where} {name!r}"))
+    return out

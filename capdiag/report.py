@@ -31,9 +31,16 @@ def _reason(d: Optional[Derived]) -> Optional[str]:
     return d.value.reason if d is not None and isinstance(d.value, Unknown) else None
 
 
+def where(e: F.Evidence) -> str:
+    """`line 12` in the log, `nvidia-smi line 3`, `config.json`, or `input` (command line, references)."""
+    if e.line == F.INPUT_LINE:
+        return "input" if e.source in ("input", "log") else e.source
+    return f"line {e.line}" if e.source == "log" else f"{e.source} line {e.line}"
+
+
 def evidence(d: Derived) -> list[dict[str, Any]]:
-    return [{"line": f.evidence.line, "text": f.evidence.text, "kind": f.kind,
-             "rank": f.rank.label if f.rank.tagged else None} for f in evidence_chain(d)]
+    return [{"line": f.evidence.line, "source": f.evidence.source, "where": where(f.evidence), "text": f.evidence.text,
+             "kind": f.kind, "rank": f.rank.label if f.rank.tagged else None} for f in evidence_chain(d)]
 
 
 def because(d: Derived) -> list[dict[str, Any]]:
@@ -75,7 +82,7 @@ def build(a: Analysis) -> dict[str, Any]:
     facts = list(a.launch.facts)
     total_d = kb.get("gpu", "total_gib")
     total = _value(total_d)
-    given = kb.first(F.GpuTotal, role=None)
+    ident = kb.get("gpu", "identity")
     device = kb.first(F.DeviceName, role=None)
 
     config = {key: _value(kb.get("config", key)) for key in CONFIG_KEYS}
@@ -88,8 +95,11 @@ def build(a: Analysis) -> dict[str, Any]:
     ranks = []
     for rank in sorted(per_rank):
         tags = _rank_tags(rank, facts)
+        smi = kb.get("nvidia_smi", rank)
         ranks.append({"rank": tags, "label": _label(tags) or "TP0", "observed": per_rank[rank],
-                      "columns": [_column(per_rank[rank], keys) for _, keys in shown]})
+                      "columns": [_column(per_rank[rank], keys) for _, keys in shown],
+                      "nvidia_smi": None if smi is None else {k: smi.value[k] for k in
+                                                              ("index", "used_mib", "free_mib", "total_mib")}})
 
     breakdown = []
     for category in BREAKDOWN_ORDER:
@@ -124,7 +134,11 @@ def build(a: Analysis) -> dict[str, Any]:
     binding = kb.get("binding_rank")
     budget = kb.get("breakdown", "budget")
     check = kb.get("concurrency_check")
-    kv_keys = [k for k in ("tokens", "bytes_per_token", "budget_gib", "headroom_gib") if kb.get("kv_pool", k)]
+    kv_keys = [k for k in ("tokens", "bytes_per_token", "theoretical_bytes_per_token", "dtype", "budget_gib",
+                           "headroom_gib") if kb.get("kv_pool", k)]
+    theory = kb.get("kv_pool", "theoretical_bytes_per_token")
+    comparison = kb.get("kv_pool", "comparison")
+    spread = kb.get("nvidia_smi", "spread")
     ready = kb.value("phase") == "ready"
     last = a.launch.failure or max(facts, key=lambda f: f.evidence.line)
     return {
@@ -142,10 +156,15 @@ def build(a: Analysis) -> dict[str, Any]:
                                     for l in a.launches]},
         "config": config,
         "config_sources": config_sources,
-        "gpu": {"alias": given.alias if given else None,
-                "name": (given.name if given and given.name else device.name if device else None),
+        "gpu": {"alias": ident.value["alias"] if ident is not None and ident.known else None,
+                "name": (ident.value["name"] if ident is not None and ident.known
+                         else device.name if device else None),
+                "identity": ident.formula if ident is not None and ident.known else _reason(ident),
+                "ambiguous": bool(ident is not None and ident.known and ident.value["ambiguous"]),
+                "shared_system_memory": bool(ident is not None and ident.known and ident.value["shared_system_memory"]),
                 "total_gib": total,
-                "total_source": total_d.formula if total_d is not None and total_d.known else None},
+                "total_source": (total_d.detail.get("source") if total_d is not None and total_d.known else None),
+                "total_derivation": total_d.formula if total_d is not None and total_d.known else _reason(total_d)},
         "target_rank": _label_of(target, facts) if target is not None else None,
         "observed": per_rank.get(target, {}) if target is not None else {},
         "ranks": ranks,
@@ -156,8 +175,16 @@ def build(a: Analysis) -> dict[str, Any]:
         "budget": None if budget is None else {"gib": _value(budget),
                                                "derivation": budget.formula if budget.known else _reason(budget)},
         "kv_pool": {key: _value(kb.get("kv_pool", key)) for key in kv_keys}
-        | {"derivation": {key: (kb.get("kv_pool", key).formula if kb.get("kv_pool", key).known
-                                else _reason(kb.get("kv_pool", key))) for key in kv_keys}},
+        | {"log_bytes_per_token": _value(kb.get("kv_pool", "bytes_per_token")),
+           "replication": theory.detail.get("replication") if theory is not None and theory.known else None,
+           "comparison": _value(comparison),
+           "derivation": {key: (kb.get("kv_pool", key).formula if kb.get("kv_pool", key).known
+                                else _reason(kb.get("kv_pool", key))) for key in kv_keys}
+           | ({"comparison": comparison.formula} if comparison is not None else {})},
+        "nvidia_smi": None if not kb.of(F.SmiGpu, role=None) else {
+            "gpus": len(kb.of(F.SmiGpu, role=None)), "spread": spread.formula if spread is not None else None,
+            "note": "nvidia-smi was sampled at another time than the log's start-up lines; the server may have "
+                    "served traffic since, so the figures are compared, not assumed equal"},
         "concurrency": concurrency,
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,

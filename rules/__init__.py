@@ -2,11 +2,12 @@
 
 Each rule is a short pure function of the knowledge base; its docstring is its documentation
 (`capdiag rules` prints it). Rules that raise findings carry a stable code and slug. Each
-framework has its own reading of the memory lines; the findings are shared.
+framework has its own reading of the memory lines; the rest is shared.
 """
-from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, gpu_total, kv_pool,
-                           mem_fraction_unstated, out_of_memory, ranks, startup_incomplete, startup_phase,
-                           target_rank, utilization_too_high, vllm_breakdown, vllm_capacity, vllm_config)
+from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, gpu, kv_pool, kv_theory,
+                           mem_fraction_unstated, nvidia_smi, out_of_memory, ranks, startup_incomplete,
+                           startup_phase, target_rank, utilization_too_high, vllm_breakdown, vllm_capacity,
+                           vllm_config)
 
 SGLANG = (
     config.config,
@@ -20,7 +21,6 @@ SGLANG = (
     breakdown.draft_cuda_graph,
     breakdown.framework,
     breakdown.free,
-    breakdown.other,
     breakdown.unattributed,
     kv_pool.tokens,
     kv_pool.bytes_per_token,
@@ -37,16 +37,20 @@ VLLM = (
     vllm_breakdown.activation,
     vllm_breakdown.framework,
     vllm_breakdown.budget,
-    vllm_breakdown.other,
     vllm_capacity.tokens,
     vllm_capacity.bytes_per_token,
     vllm_capacity.concurrency,
     vllm_capacity.concurrency_check,
 )
 
-COMMON_BEFORE = (target_rank.target_rank, gpu_total.gpu_total)
+COMMON_BEFORE = (target_rank.target_rank, gpu.identity, gpu.total)
 
 COMMON_AFTER = (
+    nvidia_smi.ranks,
+    nvidia_smi.other,
+    kv_theory.kv_dtype,
+    kv_theory.theoretical,
+    kv_theory.compare,
     ranks.binding_rank,
     startup_phase.phase,
     startup_incomplete.startup_incomplete,

@@ -24,6 +24,12 @@ def _weights(kb, rank, role, category, rule_name):
     if begin is not None and end is not None and end.avail_gib is not None:
         return row(category, gib(begin.avail_gib - end.avail_gib), "derived", rule_name, (begin, end),
                    f"free before load {begin.avail_gib} − free after load {end.avail_gib} GiB")
+    profiling = kb.first(F.MemoryProfiling, rank, role)
+    if profiling is not None and None not in (profiling.total_gpu_memory_gib, profiling.available_gpu_memory_gib):
+        return row(category, gib(profiling.total_gpu_memory_gib - profiling.available_gpu_memory_gib), "derived",
+                   rule_name, (profiling,), f"`Memory profiling:` free before weights (total_gpu_memory) "
+                   f"{profiling.total_gpu_memory_gib} − free after (available_gpu_memory) "
+                   f"{profiling.available_gpu_memory_gib} GiB; both are minima over ranks ({line_ref(profiling)})")
     if kb.of(F.WeightsCommitted, rank=rank, role=None):
         return row(category, Unknown("weights load in overlap mode: the end line carries no memory "
                                      "figure"), "unknown", rule_name, kb.of(F.WeightsCommitted, rank=rank, role=None), "")
@@ -34,7 +40,8 @@ def _weights(kb, rank, role, category, rule_name):
 @rule("breakdown.weights")
 def weights(kb):
     """Weights: the `mem usage` of `Load weight end`, else free memory before the load minus
-    free memory after it. With `--startup-weight-load-mode overlap` the end line has no
+    free memory after it (from `Load weight begin/end`, or the DeepSeek-V4 branch's `Memory
+    profiling:` line, whose total_gpu_memory is the free memory before weights). With `--startup-weight-load-mode overlap` the end line has no
     figure, and the row stays unknown rather than trusting a short load time."""
     rank = target(kb)
     if rank is not None:
@@ -212,16 +219,6 @@ def free(kb):
         yield row("free", Unknown("the log prints no free-memory reading after the pools"),
                   "unknown", "breakdown.free", (), "")
 
-
-@rule("breakdown.other")
-def other(kb):
-    """Other: memory in use that no line accounts for (DeepGEMM JIT workspaces, allocator
-    fragmentation, other tenants after start-up). It needs a measured figure of used memory,
-    which the log does not print; capdiag does not read nvidia-smi output yet, so it stays
-    unknown."""
-    if target(kb) is not None:
-        yield row("other", Unknown("needs the GPU's measured used memory (nvidia-smi), which the "
-                                   "log does not print"), "unknown", "breakdown.other", (), "")
 
 
 @rule("breakdown.unattributed")

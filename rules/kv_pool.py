@@ -63,10 +63,22 @@ def budget(kb):
     """The KV budget SGLang sized the pool from: free memory after weights minus free memory
     before weights × (1 − mem_fraction_static). SGLang takes both readings as the minimum over
     ranks; the log prints this rank's own, so the figure is approximate. Also the headroom it
-    leaves for activations and graphs: free before weights × (1 − mem_fraction_static)."""
+    leaves for activations and graphs: free before weights × (1 − mem_fraction_static). The
+    DeepSeek-V4 branch prints the budget itself (`Memory profiling: … rest_memory`)."""
     rank = target(kb)
     mfs = kb.get("config", "mem_fraction_static")
     if rank is None or mfs is None:
+        return
+    profiling = kb.first(F.MemoryProfiling, rank)
+    if profiling is not None and profiling.rest_memory_gib is not None:
+        yield Derived("kv_pool", "budget_gib", profiling.rest_memory_gib, "kv-pool.budget", (profiling,),
+                      f"rest_memory printed by `Memory profiling:` ({line_ref(profiling)})")
+        if profiling.total_gpu_memory_gib is not None and profiling.mem_fraction_static is not None:
+            yield Derived("kv_pool", "headroom_gib",
+                          gib(profiling.total_gpu_memory_gib * (1 - profiling.mem_fraction_static)),
+                          "kv-pool.budget", (profiling,),
+                          f"{profiling.total_gpu_memory_gib} × (1 − {profiling.mem_fraction_static}) GiB "
+                          f"({line_ref(profiling)})")
         return
     begin = kb.first(F.LoadWeightBegin, rank)
     pool = kb.first(F.MemoryPoolEnd, rank)

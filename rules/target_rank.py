@@ -1,26 +1,57 @@
 """Which rank the breakdown describes."""
 from __future__ import annotations
 
+import re
+
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 
+_TAG = re.compile(r"(tp|pp|dp|ep)?(\d+)")
+
+
+def parse_spec(spec: str | None) -> dict[str, int] | None:
+    """`3` or `tp3` → {"tp": 3}; `pp1` → {"pp": 1}; `dp1,tp0` / `dp1:tp0` → both. None if malformed."""
+    if spec is None:
+        return {"tp": 0}
+    wanted: dict[str, int] = {}
+    for part in re.split(r"[,:\s]+", spec.strip().lower()):
+        match = _TAG.fullmatch(part)
+        if not match:
+            return None
+        wanted[match.group(1) or "tp"] = int(match.group(2))
+    return wanted
+
+
+def _matches(rank: F.Rank, wanted: dict[str, int]) -> bool:
+    values = {"tp": rank.tp_index, "pp": rank.pp or 0, "dp": rank.dp or 0, "ep": rank.ep}
+    return all(values[k] == v for k, v in wanted.items())
+
+
 @rule("target-rank")
 def target_rank(kb):
-    """Concludes the rank to break down: the TP index asked for (`--target-rank`, default 0),
-    on DP worker 0 and PP stage 0 when the log has several. Lines without a rank tag are
-    TP 0's (a single-GPU run prints none)."""
+    """Concludes the rank to break down: `--target-rank` as a TP index (`3`) or tags (`tp3`,
+    `pp1`, `dp2`, `pp1,tp0`); by default TP 0 of DP worker 0 and PP stage 0. Lines without a
+    rank tag are TP 0's (a single-GPU run prints none). Among several matches the first in
+    rank order is taken, preferring TP 0 when no TP index was asked for."""
     options = kb.first(F.Options, role=None)
-    wanted = options.target_rank if options else 0
-    keys = sorted({f.rank.key() for f in kb.facts if f.evidence.line != F.INPUT_LINE})
-    match = [k for k in keys if k[2] == wanted]
+    spec = options.target_rank if options else None
+    wanted = parse_spec(spec)
     premises = (options,) if options else ()
+    if wanted is None:
+        yield Derived("target_rank", None, Unknown(f"{spec!r} is not a rank: use 3, tp3, pp1, dp2 or pp1,tp0"),
+                      "target-rank", premises)
+        return
+    ranks = {f.rank.key(): f.rank for f in kb.facts if f.evidence.line != F.INPUT_LINE
+             and f.evidence.source == "log"}
+    match = sorted((k for k, r in ranks.items() if _matches(r, wanted)),
+                   key=lambda k: (k[2] != 0 if "tp" not in wanted else 0, k))
     if match:
         yield Derived("target_rank", None, match[0], "target-rank", premises,
-                      f"TP{wanted}: the first of {len(match)} matching rank(s)")
-    elif wanted == 0:
+                      f"{ranks[match[0]].label}: the first of {len(match)} matching rank(s)")
+    elif wanted == {"tp": 0}:
         yield Derived("target_rank", None, (0, 0, 0, ""), "target-rank", premises,
                       "TP0: the rank of lines without a rank tag")
     else:
         yield Derived("target_rank", None, Unknown(
-            f"no rank with TP index {wanted} printed a memory line; the log has TP "
-            + ", ".join(str(k[2]) for k in keys if k[2] < 1 << 20)), "target-rank", premises)
+            f"no rank matching {spec!r} printed a line; the log has "
+            + ", ".join(sorted({r.label for r in ranks.values()}))), "target-rank", premises)

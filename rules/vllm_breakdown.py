@@ -178,12 +178,3 @@ def budget(kb):
     else:
         yield row("budget", Unknown(f"needs gpu_memory_utilization: {util.value.reason}"), "unknown",
                   "vllm.breakdown.budget", (total_fact, util), "")
-
-
-@rule("vllm.breakdown.other")
-def other(kb):
-    """Other: memory in use that no line accounts for. It needs the GPU's measured used memory
-    (nvidia-smi), which the log does not print; capdiag does not read nvidia-smi yet."""
-    if target(kb) is not None:
-        yield row("other", Unknown("needs the GPU's measured used memory (nvidia-smi), which the log does "
-                                   "not print"), "unknown", "vllm.breakdown.other", (), "")

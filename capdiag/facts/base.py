@@ -13,9 +13,14 @@ import attrs
 
 @attrs.frozen
 class Evidence:
+    """Where a fact was read: the line (1-based) and its text, the launch of the log it belongs
+    to, and the input — `log`, `nvidia-smi`, `config.json`, or `input` for the command line
+    and the references (line 0)."""
+
     line: int
     text: str
     launch: int = 1
+    source: str = "log"
 
 
 @attrs.frozen(order=True)
@@ -62,6 +67,8 @@ class Rank:
 
 
 NO_RANK = Rank()
+
+INPUT_LINE = 0  # Evidence.line of a fact from the command line or the references
 
 # Start-up phases, in order.
 PHASES = ("init", "weights", "kv_pool", "graph_capture", "ready")
@@ -118,26 +125,3 @@ class DeviceName(Fact):
     """The GPU name torch reports, as embedded in a MoE kernel-config file name."""
 
     name: str
-
-
-# ---- inputs other than the log -------------------------------------------------------------
-
-INPUT_LINE = 0  # Evidence.line of a fact that came from the command line or a reference file
-
-
-@attrs.frozen(kw_only=True)
-class GpuTotal(Fact):
-    """The GPU's total memory, given on the command line or looked up in the references."""
-
-    gib: float
-    source: str
-    alias: Optional[str] = None
-    name: Optional[str] = None
-
-
-@attrs.frozen(kw_only=True)
-class Options(Fact):
-    """What the user asked for: the target rank and the request lengths to size for."""
-
-    target_rank: int = 0
-    token_lengths: tuple[int, ...] = (4096, 6144, 8192)

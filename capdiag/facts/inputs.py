@@ -1,0 +1,58 @@
+"""Facts from inputs other than the log: the command line, nvidia-smi output, config.json,
+the GPU reference table. Their Evidence names the input they came from."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+
+from capdiag.facts.base import Fact
+
+
+@attrs.frozen(kw_only=True)
+class GpuTotal(Fact):
+    """The GPU's total memory in GiB as the user states it (`--gpu-total-gib`)."""
+
+    gib: float
+
+
+@attrs.frozen(kw_only=True)
+class GpuSpec(Fact):
+    """A references/gpu-specs.json entry that a name in the inputs matched (or `--gpu` named)."""
+
+    alias: str
+    names: tuple[str, ...]
+    matched_by: str  # what named it: "--gpu h200", "nvidia-smi name 'NVIDIA H200'", …
+    nominal_gb: Optional[float] = None
+    observed_total_mib: tuple[int, ...] = ()
+    memory_type: Optional[str] = None
+    shared_system_memory: bool = False
+    source_url: Optional[str] = None
+    observed_source: Optional[str] = None
+    notes: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class Options(Fact):
+    """What the user asked for: the target rank and the request lengths to size for."""
+
+    target_rank: Optional[str] = None  # "3", "tp3", "pp1", "dp2,tp0" …
+    token_lengths: tuple[int, ...] = (4096, 6144, 8192)
+
+
+@attrs.frozen(kw_only=True)
+class SmiGpu(Fact):
+    """One GPU as nvidia-smi reported it (MiB as printed; None where the output lacks it)."""
+
+    index: int
+    used_mib: Optional[int] = None
+    free_mib: Optional[int] = None
+    total_mib: Optional[int] = None
+    name: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class ModelConfig(Fact):
+    """A model's config.json: the fields that size its weights and KV cache."""
+
+    fields: dict[str, Any]

@@ -1,0 +1,76 @@
+"""Which GPU this is, and its total memory, from the best source the inputs give."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Derived, Unknown, rule
+from capdiag.rules._common import gib, line_ref
+
+
+@rule("gpu.identity")
+def identity(kb):
+    """Concludes the GPU model by name — `--gpu`, the names nvidia-smi prints, the
+    `device_name=` of MoE kernel-config lines — never by memory size (several GPUs share
+    81559 or 143771 MiB). Several matching entries (a truncated name, different names in
+    different inputs) are reported as ambiguous."""
+    specs = kb.of(F.GpuSpec, role=None)
+    if not specs:
+        names = [f.name for f in kb.of(F.SmiGpu, F.DeviceName, role=None) if f.name]
+        reason = (f"no reference entry for {sorted(set(names))}" if names
+                  else "no GPU name in the inputs (give --gpu, or nvidia-smi output)")
+        yield Derived("gpu", "identity", Unknown(reason), "gpu.identity",
+                      tuple(kb.of(F.SmiGpu, F.DeviceName, role=None)))
+        return
+    stated = [s for s in specs if s.matched_by.startswith("--gpu")]
+    chosen = stated[0] if stated else specs[0]
+    aliases = sorted({s.alias for s in specs})
+    detail = {"alias": chosen.alias, "name": chosen.names[0], "ambiguous": len(aliases) > 1 and not stated,
+              "candidates": aliases, "shared_system_memory": chosen.shared_system_memory}
+    formula = f"{chosen.names[0]} ({chosen.alias}), named by {chosen.matched_by}"
+    if len(aliases) > 1:
+        formula += (f"; the inputs also name {', '.join(a for a in aliases if a != chosen.alias)}"
+                    + (" (--gpu wins)" if stated else ": ambiguous"))
+    yield Derived("gpu", "identity", detail, "gpu.identity", tuple(specs), formula, detail)
+
+
+@rule("gpu.total")
+def total(kb):
+    """Concludes the GPU total in GiB, measured figures first: `--gpu-total-gib`, nvidia-smi's
+    memory.total, a total the log prints (vLLM's profiling record or `Free memory on device
+    (F/T GiB)`, PyTorch's out-of-memory message), then the reference's observed nvidia-smi
+    total for the identified GPU, and only then its nominal GB — converted (GB × 10^9 / 2^30)
+    and marked nominal, because marketing GB are not usable GiB."""
+    given = kb.first(F.GpuTotal, role=None)
+    if given is not None:
+        yield Derived("gpu", "total_gib", given.gib, "gpu.total", (given,), "--gpu-total-gib", {"source": "stated"})
+        return
+    smi = [g for g in kb.of(F.SmiGpu, role=None) if g.total_mib]
+    if smi:
+        least = min(smi, key=lambda g: g.total_mib)
+        yield Derived("gpu", "total_gib", gib(least.total_mib / 1024), "gpu.total", tuple(smi),
+                      f"nvidia-smi memory.total {least.total_mib} MiB (GPU {least.index}) / 1024", {"source": "nvidia-smi"})
+        return
+    printed = [(p, p.values["total_gpu_memory_gib"]) for p in kb.of(F.VllmMemoryProfile, role=None)
+               if "total_gpu_memory_gib" in p.values]
+    printed += [(s, s.total_gib) for s in kb.of(F.VllmStartupMemory, role=None) if s.total_gib is not None]
+    printed += [(o, o.total_capacity_gib) for o in kb.of(F.OutOfMemory, role=None) if o.total_capacity_gib is not None]
+    if printed:
+        fact, value = printed[0]
+        yield Derived("gpu", "total_gib", value, "gpu.total", (fact,), f"total printed by the log ({line_ref(fact)})",
+                      {"source": "log"})
+        return
+    ident = kb.get("gpu", "identity")
+    spec = next((s for s in kb.of(F.GpuSpec, role=None) if ident is not None and ident.known
+                 and s.alias == ident.value["alias"]), None)
+    if spec is not None and spec.observed_total_mib:
+        mib = min(spec.observed_total_mib)
+        note = f" (smallest of those observed: {list(spec.observed_total_mib)})" if len(spec.observed_total_mib) > 1 else ""
+        yield Derived("gpu", "total_gib", gib(mib / 1024), "gpu.total", (spec, ident),
+                      f"reference: {spec.names[0]} reports {mib} MiB in nvidia-smi{note}", {"source": "reference"})
+    elif spec is not None and spec.nominal_gb:
+        yield Derived("gpu", "total_gib", gib(spec.nominal_gb * 1e9 / (1 << 30)), "gpu.total", (spec, ident),
+                      f"NOMINAL only: {spec.nominal_gb} GB × 10^9 / 2^30; no measured total is known for {spec.names[0]}"
+                      + (" (memory shared with the CPU)" if spec.shared_system_memory else ""),
+                      {"source": "nominal"})
+    else:
+        yield Derived("gpu", "total_gib", Unknown("no total in the inputs: give --gpu, --gpu-total-gib or nvidia-smi "
+                                                  "output"), "gpu.total", (ident,) if ident is not None else ())
