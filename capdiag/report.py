@@ -185,6 +185,11 @@ def build(a: Analysis) -> dict[str, Any]:
             "gpus": len(kb.of(F.SmiGpu, role=None)), "spread": spread.formula if spread is not None else None,
             "note": "nvidia-smi was sampled at another time than the log's start-up lines; the server may have "
                     "served traffic since, so the figures are compared, not assumed equal"},
+        "weights_check": None if kb.get("weights", "theoretical_gib") is None else {
+            "theoretical_gib": _value(kb.get("weights", "theoretical_gib")),
+            "ratio": kb.get("weights", "theoretical_gib").detail.get("ratio"),
+            "derivation": (kb.get("weights", "theoretical_gib").formula if kb.get("weights", "theoretical_gib").known
+                           else _reason(kb.get("weights", "theoretical_gib")))},
         "concurrency": concurrency,
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,

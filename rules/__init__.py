@@ -7,7 +7,7 @@ framework has its own reading of the memory lines; the rest is shared.
 from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, gpu, kv_pool, kv_theory,
                            mem_fraction_unstated, nvidia_smi, out_of_memory, ranks, startup_incomplete,
                            startup_phase, target_rank, utilization_too_high, vllm_breakdown, vllm_capacity,
-                           vllm_config)
+                           vllm_config, weights_theory)
 
 SGLANG = (
     config.config,
@@ -51,6 +51,7 @@ COMMON_AFTER = (
     kv_theory.kv_dtype,
     kv_theory.theoretical,
     kv_theory.compare,
+    weights_theory.theoretical,
     ranks.binding_rank,
     startup_phase.phase,
     startup_incomplete.startup_incomplete,

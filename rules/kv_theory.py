@@ -49,7 +49,7 @@ def attention_layers(cfg: dict) -> tuple[int, str]:
     if isinstance(blocks, list) and blocks:
         full = sum(1 for b in blocks if str(b) == "attention")
         return full, f"{full} of {len(blocks)} layers are attention (layers_block_type)"
-    return total, f"{total} layers"
+    return total, ""
 
 
 def _is_compressed_swa(cfg: dict) -> bool:
@@ -86,7 +86,8 @@ def theoretical(kb):
     attn_tp = tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp
     layers, counted = attention_layers(cfg)
     if pp > 1:
-        layers, counted = -(-layers // pp), counted + f"; ÷ {pp} PP stages, rounded up (even split assumed)"
+        layers = -(-layers // pp)
+        counted = "; ".join(c for c in (counted, f"÷ {pp} PP stages, rounded up (even split assumed)") if c)
     premises = tuple(p for p in (model, dtype_d, kb.get("config", "tp_size")) if p is not None)
     if cfg.get("kv_lora_rank"):
         row = cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0)
@@ -98,7 +99,7 @@ def theoretical(kb):
             value = row * layers
             formula = (f"DSA fp8: ({lora} + {lora}/128×4 + {rope}×2 + indexer {idx} + {idx}/128×4) × {layers} layers")
         yield Derived("kv_pool", "theoretical_bytes_per_token", value, "kv-pool.theoretical", premises,
-                      formula + f" ({counted}); not split by TP: every rank holds the latent",
+                      formula + (f" ({counted})" if counted else "") + "; not split by TP: every rank holds the latent",
                       {"attention": "mla", "layers": layers, "replication": 1})
         return
     heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
@@ -108,7 +109,7 @@ def theoretical(kb):
     copies = attn_tp // heads if heads < attn_tp else 1
     value = per_rank * (head_dim + v_head_dim) * layers * elem
     formula = (f"max(1, {heads} KV heads // attn_tp {attn_tp}) = {per_rank} × ({head_dim} + {v_head_dim}) × "
-               f"{layers} layers × {elem} B ({counted})")
+               f"{layers} layers × {elem} B" + (f" ({counted})" if counted else ""))
     if copies > 1:
         formula += f"; {heads} KV heads over {attn_tp} ranks: each head is stored {copies} times"
     yield Derived("kv_pool", "theoretical_bytes_per_token", value, "kv-pool.theoretical", premises, formula,
