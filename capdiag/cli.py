@@ -119,7 +119,7 @@ def run() -> None:
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"capdiag: error: {exc.format_message()}", err=True)
         sys.exit(2)
     except InputError as exc:
         click.echo(f"capdiag: error: {exc}", err=True)

@@ -6,6 +6,7 @@ log lines: that walk is the evidence chain the report shows.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import attrs
@@ -51,24 +52,32 @@ Premise = Union[F.Fact, Derived]
 
 @attrs.frozen
 class Rule:
-    """A named pure function of the knowledge base; its docstring is its documentation."""
+    """A named pure function of the knowledge base; its docstring is its documentation.
+
+    A rule with `thresholds` receives them, merged with the policy's overrides, as its
+    second argument.
+    """
 
     name: str
-    func: Callable[["Knowledge"], Iterable[Derived]]
+    func: Callable[..., Iterable[Derived]]
     code: Optional[str] = None  # set for rules that raise findings, e.g. "CD101"
     severity: Optional[str] = None  # their default severity
+    thresholds: dict = attrs.field(factory=dict, hash=False)
 
     @property
     def doc(self) -> str:
-        return (self.func.__doc__ or "").strip()
+        return inspect.cleandoc(self.func.__doc__ or "")
 
     def __call__(self, kb: "Knowledge") -> Iterable[Derived]:
+        if self.thresholds:
+            return self.func(kb, kb.settings(self))
         return self.func(kb)
 
 
-def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None) -> Callable[[Callable], Rule]:
+def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
+         thresholds: Optional[dict] = None) -> Callable[[Callable], Rule]:
     def wrap(func: Callable) -> Rule:
-        return Rule(name, func, code, severity)
+        return Rule(name, func, code, severity, dict(thresholds or {}))
     return wrap
 
 
@@ -101,6 +110,14 @@ class Knowledge:
     def topic(self, topic: str) -> list[Derived]:
         return [d for (t, _), d in self.derived.items() if t == topic]
 
+    def policy(self, rule_name: str) -> dict:
+        """The policy's entry for a rule ({} without a policy)."""
+        policy = next((f for f in self.facts if type(f).__name__ == "Policy"), None)
+        return policy.rules.get(rule_name, {}) if policy is not None else {}
+
+    def settings(self, r: Rule) -> dict:
+        return {**r.thresholds, **self.policy(r.name).get("thresholds", {})}
+
 
 @attrs.frozen
 class Firing:
@@ -113,9 +130,9 @@ def run(rules: Iterable[Rule], kb: Knowledge) -> list[Firing]:
 
     A conclusion is identified by (topic, key) and drawn once: the first rule to draw it
     wins, so a rule never fires twice on the same premises. Rule order is fixed, so the
-    result is deterministic.
+    result is deterministic. A policy can disable a rule or change its findings' severity.
     """
-    rules = list(rules)
+    rules = [r for r in rules if kb.policy(r.name).get("enabled", True)]
     firings: list[Firing] = []
     changed = True
     while changed:
@@ -125,6 +142,9 @@ def run(rules: Iterable[Rule], kb: Knowledge) -> list[Firing]:
                 ident = (conclusion.topic, conclusion.key)
                 if ident in kb.derived:
                     continue
+                override = kb.policy(r.name).get("severity")
+                if override and isinstance(conclusion, Finding):
+                    conclusion = attrs.evolve(conclusion, severity=override)
                 kb.derived[ident] = conclusion
                 firings.append(Firing(r.name, conclusion))
                 changed = True

@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from capdiag import facts as F
+from capdiag.rules.kv_pool import main_kv_line
 
 # (fact kind, attribute, observed key). The first line of a kind on a rank fills the key.
 _SIMPLE = (
@@ -69,9 +70,8 @@ _SIMPLE = (
 _LAST_WINS = (F.OutOfMemory,)  # "the last such message of the launch"
 
 
-def _kv(lines: list[F.KVCacheAllocated]) -> dict[str, Any]:
-    real = [f for f in lines if not f.va_upper_bound]
-    main = next((f for f in real if f.label in (None, "Full")), real[0] if real else None)
+def _kv(lines: list[F.KVCacheAllocated], budget) -> dict[str, Any]:
+    main = main_kv_line(lines, budget) or next((f for f in lines if not f.va_upper_bound), None)
     if main is None:
         return {}
     return {"kv_tokens": main.tokens, "k_size_gib": main.k_gib, "v_size_gib": main.v_gib, "kv_size_gib": main.kv_gib}
@@ -125,7 +125,8 @@ def observed_by_rank(facts: Iterable[F.Fact]) -> dict[tuple, dict[str, Any]]:
                 found = [f for f in items if isinstance(f, kind) and _get(f, attr) is not None]
                 if found and key not in own:
                     own[key] = _get(found[-1] if kind in _LAST_WINS else found[0], attr)
-            own.update(_kv([f for f in items if isinstance(f, F.KVCacheAllocated)]))
+            budget = next((f for f in items if isinstance(f, F.TokenBudget)), None)
+            own.update(_kv([f for f in items if isinstance(f, F.KVCacheAllocated)], budget))
             own.update(_graphs([f for f in items if isinstance(f, F.GraphCaptureEnd)], role))
             begin = next((f for f in items if isinstance(f, F.GraphCaptureBegin)
                           and f.graph in ("decode", "verify") and f.avail_gib is not None), None)

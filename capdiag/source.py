@@ -12,6 +12,7 @@ import io
 import os
 import re
 import sys
+import zlib
 from typing import IO, Iterable, Iterator
 
 import attrs
@@ -27,7 +28,7 @@ KEYWORDS = (
     "Post-capture KV sizing", "KV cache dtype", "sliding window memory pool",
     "out of memory", "Not enough memory", "leave no GPU memory", "ready to roll",
     "hit an exception", "HF snapshot", "Tokenizer for", "DeepGEMM", "Required memory for warmup",
-    "device_name=", "-m sglang", "sglang serve",
+    "device_name=", "-m sglang", "sglang serve", "SGLANG_CACHE_DIR",
     # vLLM
     "version", "with config:", "non-default args", "args: Namespace", "max model len", "Model loading took",
     "Loading model weights took", "vLLM instance can use", "model weights take", "total_gpu_memory",
@@ -58,6 +59,7 @@ _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]$")
 _RECORD = re.compile(r"with config:|non-default args:|args: Namespace\(|server_args[=:]")
 _HEADER = re.compile(r"^(?:\(\w[^)]*pid=\d+|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) |\[\d{4}-\d\d-\d\d |\[\d\d:\d\d:\d\d)")
 MAX_CONTINUATION = 400  # physical lines one wrapped record may span
+WRAPPED = 100  # a record line and its header-less successor both this long: a hard wrap
 # A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
 MAX_LINE = 1 << 20  # characters kept of one physical line; a longer one is cut, not held
@@ -90,17 +92,19 @@ def open_input(path: str) -> IO[bytes]:
 
 def physical_lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
     """Decoded lines with their numbers; raises InputError for binary or unreadable data."""
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
+    # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
+    # and must not shift the line numbers the report cites
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")
     number = 0
     try:
         while True:
             chunk = text.readline(MAX_LINE)
             if not chunk:
                 return
-            if not chunk.endswith(("\n", "\r")):
+            if not chunk.endswith("\n"):
                 # a line longer than MAX_LINE: keep its head, skip the rest of it
                 rest = chunk
-                while rest and not rest.endswith(("\n", "\r")):
+                while rest and not rest.endswith("\n"):
                     rest = text.readline(MAX_LINE)
             number += 1
             if "\x00" in chunk:
@@ -108,7 +112,7 @@ def physical_lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
                     raise InputError("the input is binary data, not a text log")
                 chunk = chunk.replace("\x00", "")
             yield number, chunk.rstrip("\r\n")
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(f"the input cannot be read: {exc}") from None
 
 
@@ -127,27 +131,52 @@ def clean(raw: str) -> list[str]:
     return out
 
 
+def open_brackets(text: str) -> int:
+    """Brackets opened and not closed, outside quoted strings: > 0 means the record is cut."""
+    depth, quote, escaped = 0, "", False
+    for ch in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return depth
+
+
 def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
     """Lines that may hold a fact, with wrapped continuations joined.
 
     Three kinds of wrapping are undone: a long record (engine config, argument dict,
     server_args) hard-wrapped by a paste continues on the following lines that have no header
-    of their own, joined as they are; any line hard-wrapped mid-sentence continues on a line
+    of their own, joined as they are — while its brackets are still open, or while the lines
+    run at the wrap width; any line hard-wrapped mid-sentence continues on a line
     that opens with punctuation (`: 29053`); a line an author wrapped after a comma continues
     on the next line when that one has no prefix, joined with a space.
     """
     pending: Line | None = None
     record = False
     spans = 0
+    last_piece = ""
     for number, raw in numbered:
         for text in clean(raw):
             if pending is not None:
                 if not record and _CUT_REST.match(text):
                     pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
                     continue
-                if record and spans < MAX_CONTINUATION and text and not _HEADER.match(text):
+                if record and spans < MAX_CONTINUATION and text and not _HEADER.match(text) and (
+                        open_brackets(pending.text) > 0
+                        or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0))):
                     pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
                     spans += 1
+                    last_piece = text
                     continue
                 if not record and pending.text.endswith(",") and not text.startswith(("[", "(")):
                     pending = Line(pending.number, pending.text + " " + text, pending.raw + "\n" + raw)
@@ -158,7 +187,7 @@ def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
                 continue
             line = Line(number, text, raw[:MAX_LINE])
             if _RECORD.search(text):
-                pending, record, spans = line, True, 0
+                pending, record, spans, last_piece = line, True, 0, raw
             else:  # held one line: it may continue on the next (soft or hard wrap)
                 pending, record = line, False
     if pending is not None:

@@ -1,12 +1,17 @@
 """The rules, in the order the engine fires them: conclusions first, then findings.
 
 Each rule is a short pure function of the knowledge base; its docstring is its documentation
-(`capdiag rules` prints it). Rules that raise findings carry a stable code and slug. Each
-framework has its own reading of the memory lines; the rest is shared.
+(`capdiag rules` prints it, docs/rules.md is generated from it). Rules that raise findings
+carry a stable code and slug. Each framework has its own reading of the memory lines; the
+rest is shared.
 """
-from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, gpu, kv_pool, kv_theory,
-                           mem_fraction_unstated, nvidia_smi, out_of_memory, ranks, startup_incomplete,
-                           startup_phase, target_rank, utilization_too_high, vllm_breakdown, vllm_capacity,
+from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, cuda_graph_estimate_off,
+                           cuda_graph_heavy, deepgemm_jit_suspected, dp_attention_budget, excess_headroom,
+                           fp8_kv_opportunity, gpu, gpu_capacity_ambiguous, kernel_cache_cold, kv_head_replication,
+                           kv_pool, kv_theory, mem_fraction_unstated, moe_expert_buffers, nvidia_smi, out_of_memory,
+                           overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
+                           speculative_draft_memory, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
+                           thin_headroom, unexplained_memory, utilization_too_high, vllm_breakdown, vllm_capacity,
                            vllm_config, weights_theory)
 
 SGLANG = (
@@ -54,19 +59,47 @@ COMMON_AFTER = (
     weights_theory.theoretical,
     ranks.binding_rank,
     startup_phase.phase,
+)
+
+# Findings, by code.
+FINDINGS = (
     startup_incomplete.startup_incomplete,
     out_of_memory.out_of_memory,
+    mem_fraction_unstated.mem_fraction_unstated,
     context_exceeds_kv.context_exceeds_kv,
     utilization_too_high.utilization_too_high,
-    mem_fraction_unstated.mem_fraction_unstated,
+    unexplained_memory.unexplained_memory,
+    deepgemm_jit_suspected.deepgemm_jit_suspected,
+    kernel_cache_cold.kernel_cache_cold,
+    overlap_weight_load.overlap_weight_load,
+    thin_headroom.thin_headroom,
+    excess_headroom.excess_headroom,
+    rank_imbalance.rank_imbalance,
+    kv_head_replication.kv_head_replication,
+    fp8_kv_opportunity.fp8_kv_opportunity,
+    request_limit_binds.request_limit_binds,
+    cuda_graph_heavy.cuda_graph_heavy,
+    cuda_graph_estimate_off.cuda_graph_estimate_off,
+    pp_stage_skew.pp_stage_skew,
+    dp_attention_budget.dp_attention_budget,
+    speculative_draft_memory.speculative_draft_memory,
+    swa_compressed_kv.swa_compressed_kv,
+    moe_expert_buffers.moe_expert_buffers,
+    gpu_capacity_ambiguous.gpu_capacity_ambiguous,
 )
 
 BY_FRAMEWORK = {"sglang": SGLANG, "vllm": VLLM}
 
 
 def rules_for(framework: str) -> tuple:
-    return COMMON_BEFORE + BY_FRAMEWORK[framework] + COMMON_AFTER
+    return COMMON_BEFORE + BY_FRAMEWORK[framework] + COMMON_AFTER + FINDINGS
 
 
-ALL = COMMON_BEFORE + SGLANG + VLLM + COMMON_AFTER
-FINDING_RULES = tuple(r for r in ALL if r.code)
+ALL = COMMON_BEFORE + SGLANG + VLLM + COMMON_AFTER + FINDINGS
+FINDING_RULES = FINDINGS
+
+
+def find_rule(name_or_code: str):
+    """A finding rule by slug or code (case-insensitive); None if there is none."""
+    wanted = name_or_code.strip().lower()
+    return next((r for r in FINDINGS if r.name == wanted or (r.code or "").lower() == wanted), None)

@@ -1,10 +1,10 @@
-"""Helpers the rule modules share: the target rank's facts, and GiB arithmetic as printed."""
+"""Helpers the rule modules share: the target rank, GiB arithmetic as printed, finding wording."""
 from __future__ import annotations
 
 from typing import Optional
 
 from capdiag import facts as F
-from capdiag.engine import Knowledge
+from capdiag.engine import Finding, Knowledge
 
 
 def target(kb: Knowledge) -> Optional[tuple]:
@@ -18,4 +18,24 @@ def gib(value: float) -> float:
 
 
 def line_ref(fact: F.Fact) -> str:
-    return "input" if fact.evidence.line == F.INPUT_LINE else f"line {fact.evidence.line}"
+    if fact.evidence.line == F.INPUT_LINE:
+        return "input"
+    return f"line {fact.evidence.line}" if fact.evidence.source == "log" else \
+        f"{fact.evidence.source} line {fact.evidence.line}"
+
+
+def finding(name: str, premises, message: str, *, severity: str, title: str, action: str,
+            detail: Optional[dict] = None, key=None) -> Finding:
+    """A finding of rule `name`; premises that are None are left out."""
+    return Finding("finding", name if key is None else (name, key), None, name,
+                   tuple(p for p in premises if p is not None), message, detail or {},
+                   severity=severity, title=title, action=action)
+
+
+def is_vllm(kb: Knowledge) -> bool:
+    return bool(kb.of(F.VllmVersion, F.VllmEngineConfig, F.VllmModelLoading, F.VllmKVCacheSize, role=None))
+
+
+def knob(kb: Knowledge) -> str:
+    """The static-fraction flag of the framework that printed the log."""
+    return "--gpu-memory-utilization" if is_vllm(kb) else "--mem-fraction-static"

@@ -5,16 +5,13 @@ from capdiag import facts as F
 from capdiag.engine import Finding, rule
 from capdiag.rules._common import line_ref
 
-FEW_REQUESTS = 2  # fewer full-context requests than this fit: worth saying
-
-
-@rule("context-exceeds-kv", code="CD104", severity="warning")
-def context_exceeds_kv(kb):
+@rule("context-exceeds-kv", code="CD104", severity="warning", thresholds={"few_requests": 2})
+def context_exceeds_kv(kb, t):
     """What it checks: one request at the full context length (SGLang's `context_len`, vLLM's
     `max_model_len`) does not fit in the KV pool, or only a handful do. vLLM refuses to start
     in the first case ("The model's max seq len (N) is larger than the maximum number of tokens
     that can be stored in KV cache (M)"); SGLang starts, and such a request waits forever or is
-    cut.
+    cut. Fewer than `few_requests` full-length requests fitting is reported as information.
 
     Why it matters: the context length promises clients a prompt size the pool cannot hold.
 
@@ -37,7 +34,7 @@ def context_exceeds_kv(kb):
     if tokens is None or context is None or not tokens.known or not context.known or not context.value:
         return
     fit = tokens.value // context.value
-    if fit >= FEW_REQUESTS:
+    if fit >= t["few_requests"]:
         return
     title = ("One request at the full context does not fit in the KV pool" if fit == 0
              else f"Only {fit} request at the full context fits in the KV pool")

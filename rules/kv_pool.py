@@ -8,17 +8,26 @@ from capdiag.rules._common import gib, line_ref, target
 GIB = 1 << 30
 
 
+def main_kv_line(lines, budget):
+    """The full-attention pool's line among a rank's KV lines: the `Full` label (v0.5.17+), else
+    the line whose #tokens is max_total_num_tokens, else the largest — before v0.5.17 a hybrid
+    sliding-window model prints the smaller SWA pool first, unlabelled."""
+    real = [f for f in lines if f.tokens is not None and not f.va_upper_bound]
+    full = [f for f in real if f.label == "Full"]
+    matching = [f for f in real if budget is not None and f.tokens == budget.max_total_num_tokens]
+    return (full or matching or sorted(real, key=lambda f: -f.tokens) or [None])[0]
+
+
 @rule("kv-pool.tokens")
 def tokens(kb):
-    """Token capacity of the target pool on this rank: `#tokens` of the KV line, else
-    `max_total_num_tokens`, else DeepSeek-V4's `full_token`. Under DP attention it is per DP
-    worker."""
+    """Token capacity of the target pool on this rank: `#tokens` of the full-attention KV line
+    (hybrid sliding-window models print a smaller SWA pool too), else `max_total_num_tokens`,
+    else DeepSeek-V4's `full_token`. Under DP attention it is per DP worker."""
     rank = target(kb)
     if rank is None:
         return
-    kv = next((f for f in kb.of(F.KVCacheAllocated, rank=rank) if f.tokens is not None and not f.va_upper_bound),
-              None)
     budget = kb.first(F.TokenBudget, role=None)
+    kv = main_kv_line(kb.of(F.KVCacheAllocated, rank=rank), budget)
     dsv4 = kb.first(F.DSV4MemoryCalculation, rank)
     if kv is not None:
         yield Derived("kv_pool", "tokens", kv.tokens, "kv-pool.tokens", (kv,), f"#tokens ({line_ref(kv)})")

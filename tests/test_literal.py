@@ -124,8 +124,6 @@ def test_string_escapes_round_trip(value):
 
 
 @pytest.mark.parametrize("value", ["x'y", "O'Reilly", "'", "'s"])
-@pytest.mark.xfail(strict=True, reason="literal._ToPython.string looks for ' in the first 3 characters of a "
-                                       "double-quoted token and takes it for the opening quote")
 def test_double_quoted_string_with_early_apostrophe(value):
     assert parse_call_or_dict(f"ServerArgs(v={value!r})").fields == {"v": value}
 
@@ -168,8 +166,6 @@ def test_angle_reprs_stay_text():
     assert parsed.fields == {"kind": "<ComponentType.FULL: 0>", "obj": "<object at 0x7f00>", "n": 2}
 
 
-@pytest.mark.xfail(strict=True, reason="-inf (repr of float('-inf')) is not a literal the grammar knows: the "
-                                       "line is treated as cut and the fields after it are lost")
 def test_negative_infinity():
     assert parse_call_or_dict("ServerArgs(low=-inf, n=1)").fields == {"low": -math.inf, "n": 1}
 

@@ -76,6 +76,12 @@ def test_transport_prefixes_are_removed(raw):
     assert parsed.values == {"avail_gib": 78.58} and rank_tags(parsed.rank) == {"tp": 0}
 
 
+def test_ray_repeat_note_is_removed():
+    raw = "(SchedulerActor pid=1, ip=10.0.0.1) " + BEGIN + " [repeated 7x across cluster]"
+    assert clean(raw) == ["(SchedulerActor pid=1, ip=10.0.0.1) " + BEGIN]
+    assert parse_sglang_line(candidates(raw)[0].text).values == {"avail_gib": 78.58}
+
+
 def test_docker_host_time_is_not_taken_for_the_log_time():
     # the host clock differs from the container's; only the log's own bracket survives
     text = clean("2025-02-04 21:21:33 [2025-02-04 05:21:33 TP0] Memory pool end. avail mem=9.31 GB")[0]
@@ -126,9 +132,6 @@ def test_wrapped_over_three_lines_and_a_prefixed_next_line_is_not_swallowed():
     assert parse_sglang_line(lines[3].text).values == {"avail_gib": 2.0}
 
 
-@pytest.mark.xfail(strict=True, reason="candidate_lines treats every server_args line as a wrapped record and "
-                                       "appends the following header-less lines to it, even when the repr is "
-                                       "already closed: in an unprefixed log the next lines are lost")
 def test_complete_server_args_does_not_swallow_an_unprefixed_line():
     lines = candidates("server_args=ServerArgs(model_path='m', tp_size=1)",
                        "Load weight begin. avail mem=10.00 GB",
@@ -137,8 +140,6 @@ def test_complete_server_args_does_not_swallow_an_unprefixed_line():
     assert parse_sglang_line(lines[0].text).values["fields"] == {"model_path": "m", "tp_size": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="a header-less line after a complete server_args line is glued onto it; "
-                                       "the repr then no longer parses and its last field is dropped as 'cut'")
 def test_complete_server_args_is_not_spoiled_by_noise_after_it():
     lines = candidates("[2025-01-01 00:00:00] server_args=ServerArgs(model_path='m', tp_size=2, mem_fraction_static=0.8)",
                        "Some unprefixed noise printed by a library",
@@ -177,9 +178,6 @@ def test_line_numbers_count_newlines(tmp_path):
     assert [f.evidence.line for f in facts_of(crlf)] == [2, 4]
 
 
-@pytest.mark.xfail(strict=True, reason="physical_lines reads with newline='', so a lone \\r (a tqdm redraw) ends "
-                                       "a line: evidence line numbers after a progress bar drift from the "
-                                       "file's own (grep -n) numbering, and clean()'s \\r handling never runs")
 def test_carriage_return_does_not_shift_line_numbers():
     data = ("noise\n" + TQDM.replace("100%", " 10%") + "\r" + TQDM + "\r" + BEGIN + "\n"
             + "[2025-02-04 05:21:40 TP0] Memory pool end. avail mem=9.31 GB\n").encode()
@@ -229,8 +227,6 @@ def test_truncated_gzip_is_an_input_error(tmp_path):
         read_log(str(path))
 
 
-@pytest.mark.xfail(strict=True, reason="physical_lines catches OSError/EOFError/BadGzipFile but not zlib.error: "
-                                       "a .gz with a corrupt deflate stream crashes with a traceback")
 def test_corrupt_gzip_is_an_input_error(tmp_path):
     path = tmp_path / "bad.log.gz"
     path.write_bytes(b"\x1f\x8b\x08\x00garbage-not-gzip" * 10)

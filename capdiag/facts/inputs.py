@@ -56,3 +56,12 @@ class ModelConfig(Fact):
     """A model's config.json: the fields that size its weights and KV cache."""
 
     fields: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class Policy(Fact):
+    """A gate policy (capdiag.toml): per rule `enabled`, `severity` and `thresholds`, and the
+    default fail-on level."""
+
+    rules: dict[str, dict[str, Any]]
+    fail_on: Optional[str] = None

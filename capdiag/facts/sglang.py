@@ -212,3 +212,9 @@ class SchedulerException(Fact):
 class DeepGEMMActivity(Fact):
     required_gib: Optional[float] = None
     available_gib: Optional[float] = None
+
+
+@attrs.frozen(kw_only=True)
+class KernelCacheNote(Fact):
+    """v0.5.18+: `Compiled-kernel caches now live under SGLANG_CACHE_DIR (…)` — legacy cache
+    directories exist, so this node's caches were built by an older release."""

@@ -89,13 +89,15 @@ class _ToPython(Transformer):
         text = []
         for tok in parts:
             s = str(tok)
-            quote = s.find("'") if "'" in s[:3] else s.find('"')
+            quote = next(i for i, ch in enumerate(s) if ch in "'\"")
             prefix, body = s[:quote].lower(), s[quote + 1:-1]
             text.append(body if "r" in prefix else unescape(body))
         return "".join(text)
 
     def number(self, items):
         s = str(items[0])
+        if s.lstrip("+-") in ("inf", "nan"):
+            return float(s)
         return float(s) if any(c in s for c in ".eE") else int(s)
 
     def name(self, items):

@@ -244,6 +244,9 @@ class _Lines(Transformer):
     def moe_config(self, items):
         return (F.DeviceName, {"name": str(items[1])})
 
+    def kernel_cache(self, _):
+        return (F.KernelCacheNote, {})
+
     def cli_arg(self, items):
         return (str(items[0]).lstrip("-").replace("-", "_"), str(items[1]) if len(items) > 1 else None)
 

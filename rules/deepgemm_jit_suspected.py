@@ -1,0 +1,54 @@
+"""deepgemm-jit-suspected (CD107)."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import rule
+from capdiag.rules._common import finding, line_ref
+
+
+def _deepgemm_evidence(kb):
+    """Lines that show DeepGEMM is in use: its warm-up/JIT lines, an FP8 block-quantized
+    checkpoint, or a DeepSeek-style MoE model class."""
+    lines = kb.of(F.DeepGEMMActivity, role=None)
+    weights = kb.first(F.LoadWeightEnd, role=None)
+    model = kb.first(F.ModelConfig, role=None)
+    quant = (model.fields.get("quantization_config") or {}) if model is not None else {}
+    block_fp8 = str(quant.get("quant_method", "")).lower() == "fp8" and bool(quant.get("weight_block_size"))
+    deepseek = weights is not None and str(weights.model_class or "").startswith(("Deepseek", "Glm", "KimiK"))
+    return lines, block_fp8, deepseek, weights, model
+
+
+@rule("deepgemm-jit-suspected", code="CD107", severity="info")
+def deepgemm_jit_suspected(kb):
+    """What it checks: the model runs DeepGEMM kernels — the log shows DeepGEMM warm-up/JIT
+    lines, config.json declares FP8 block quantization, or the model class is DeepSeek-style
+    MoE — while memory is unexplained or nvidia-smi was not given.
+
+    Why it matters: DeepGEMM's JIT compilation and warm-up buffers are never logged. Their
+    memory appears in whatever phase ran (inside a `mem usage` figure) or as unexplained
+    memory, and the first start after an upgrade compiles again.
+
+    Example: `Entering DeepGEMM JIT Pre-Compile session` and a 3 GiB `other` row.
+
+    What to do: compare nvidia-smi right after start-up with and without
+    `SGLANG_ENABLE_JIT_DEEPGEMM=0` (or after the JIT cache is warm); the difference is the JIT
+    share.
+    """
+    lines, block_fp8, deepseek, weights, model = _deepgemm_evidence(kb)
+    if not (lines or block_fp8 or deepseek):
+        return
+    other = kb.get("breakdown", "other")
+    unexplained = other is not None and other.known and other.value > 0.5
+    if other is not None and other.known and not unexplained:
+        return
+    why = (f"DeepGEMM lines in the log ({line_ref(lines[0])})" if lines else
+           "config.json declares FP8 block quantization" if block_fp8 else
+           f"the model class {weights.model_class} uses DeepSeek-style MoE kernels")
+    where = (f"{other.value} GiB is unexplained" if unexplained else
+             "without nvidia-smi output the unexplained share cannot be measured")
+    yield finding("deepgemm-jit-suspected", (*lines[:3], weights if deepseek else None, model if block_fp8 else None,
+                                             other),
+                  f"{why}; DeepGEMM JIT memory is never logged, and {where}.",
+                  severity="info", title="DeepGEMM JIT memory is a likely part of unexplained memory",
+                  action="Sample nvidia-smi after start-up with a warm JIT cache and with DeepGEMM JIT disabled; "
+                         "the difference is its share.")

@@ -1,0 +1,61 @@
+"""excess-headroom (CD111)."""
+from __future__ import annotations
+
+from capdiag.engine import rule
+from capdiag import facts as F
+from capdiag.rules._common import finding, gib, is_vllm, target
+
+GIB = 1 << 30
+
+
+@rule("excess-headroom", code="CD111", severity="info", thresholds={"max_free_gib": 8.0, "keep_gib": 3.0})
+def excess_headroom(kb, t):
+    """What it checks: more than `max_free_gib` GiB is still free at the end of start-up.
+
+    Why it matters: the KV pool could grow by about the excess, and token capacity with it.
+    The projection uses the framework's own sizing: SGLang sizes the pool as free-after-weights
+    − free-before-weights × (1 − fraction), so raising the fraction by Δ grows the pool by
+    free-before-weights × Δ; vLLM's budget is total × utilization, so Δ grows it by total × Δ.
+    Tokens = pool bytes / bytes per token.
+
+    Example: `available_gpu_mem=34.28 GB` after capture on an H20 with fraction 0.60.
+
+    What to do: raise the fraction to the suggested value, keeping `keep_gib` GiB free, and
+    check the new start-up's free memory.
+    """
+    vllm = is_vllm(kb)
+    kv = kb.get("breakdown", "kv_cache")
+    per_token = kb.get("kv_pool", "bytes_per_token")
+    tokens = kb.get("kv_pool", "tokens")
+    if vllm:
+        budget, total, util = kb.get("breakdown", "budget"), kb.get("gpu", "total_gib"), \
+            kb.get("config", "gpu_memory_utilization")
+        if None in (budget, total, util) or not (budget.known and total.known and util.known):
+            return
+        free, base, fraction, name = total.value - budget.value, total.value, util.value, "gpu_memory_utilization"
+        premises = (budget, total, util)
+    else:
+        free_row, mfs = kb.get("breakdown", "free"), kb.get("config", "mem_fraction_static")
+        rank = target(kb)
+        begin = kb.first(F.LoadWeightBegin, rank) if rank is not None else None
+        profiling = kb.first(F.MemoryProfiling, role=None)
+        pre = begin.avail_gib if begin is not None else profiling.total_gpu_memory_gib if profiling else None
+        if free_row is None or not free_row.known or mfs is None or not mfs.known or pre is None:
+            return
+        free, fraction, name, base = free_row.value, mfs.value, "mem_fraction_static", pre
+        premises = (free_row, mfs, begin or profiling)
+    if free <= t["max_free_gib"]:
+        return
+    grow = free - t["keep_gib"]
+    suggested = round(fraction + grow / base, 3)
+    projection = ""
+    if per_token is not None and per_token.known and tokens is not None and tokens.known:
+        extra = int(grow * GIB // per_token.value)
+        projection = f"; about {extra:,} more tokens ({tokens.value:,} → {tokens.value + extra:,})"
+        premises += (per_token, tokens)
+    yield finding("excess-headroom", premises + ((kv,) if kv is not None else ()),
+                  f"{gib(free)} GiB is still free after start-up; {name} {fraction} → {suggested} would grow the KV pool "
+                  f"by about {gib(grow)} GiB, keeping {t['keep_gib']} GiB free{projection}.",
+                  severity="info", title=f"{gib(free)} GiB left unused after start-up",
+                  action=f"Raise {name} to about {suggested} and check the next start-up's free memory.",
+                  detail={"free_gib": gib(free), "suggested": suggested})

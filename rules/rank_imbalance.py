@@ -1,0 +1,45 @@
+"""rank-imbalance (CD112)."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import rule
+from capdiag.rules._common import finding
+
+# (fact kind, attribute, what it measures)
+_READINGS = ((F.LoadWeightBegin, "avail_gib", "free before weights"), (F.LoadWeightEnd, "mem_usage_gib", "weights"),
+             (F.LoadWeightEnd, "avail_gib", "free after weights"), (F.MemoryPoolEnd, "avail_gib", "free after pools"),
+             (F.VllmModelLoading, "gib", "weights"), (F.VllmAvailableKV, "gib", "available KV memory"))
+
+
+@rule("rank-imbalance", code="CD112", severity="warning", thresholds={"max_spread_gib": 1.0})
+def rank_imbalance(kb, t):
+    """What it checks: ranks of one launch differ by more than `max_spread_gib` GiB in free
+    memory before or after weights, in weights, or in KV memory.
+
+    Why it matters: every rank's KV pool is sized from the minimum over ranks, so one rank with
+    less free memory (another process on its GPU, an uneven PP split, a rank holding extra
+    layers) shrinks the pool on all of them.
+
+    Example: TP0 starts with 78.4 GiB free, TP5 with 71.2 GiB: something else holds 7 GiB on
+    GPU 5.
+
+    What to do: find what holds memory on the binding rank's GPU (nvidia-smi's process list);
+    rebalance PP layers; the binding rank is named.
+    """
+    for kind, attr, what in _READINGS:
+        readings = [f for f in kb.of(kind) if getattr(f, attr) is not None]
+        if len({f.rank.key() for f in readings}) < 2:
+            continue
+        low = min(readings, key=lambda f: getattr(f, attr))
+        high = max(readings, key=lambda f: getattr(f, attr))
+        spread = round(getattr(high, attr) - getattr(low, attr), 2)
+        if spread <= t["max_spread_gib"]:
+            continue
+        binding = low if "free" in what or "KV" in what else high
+        yield finding("rank-imbalance", readings,
+                      f"{what} differs by {spread} GiB across ranks: {getattr(low, attr)} on {low.rank.label}, "
+                      f"{getattr(high, attr)} on {high.rank.label}; {binding.rank.label} binds the pool.",
+                      severity="warning", title=f"Ranks differ by {spread} GiB in {what}",
+                      action=f"Check what else holds memory on {binding.rank.label}'s GPU (nvidia-smi processes); "
+                             "rebalance pipeline stages.",
+                      detail={"reading": what, "spread_gib": spread, "binding_rank": binding.rank.label}, key=what)

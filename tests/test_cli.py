@@ -1,0 +1,210 @@
+"""The command line: `capdiag explain`, `capdiag facts`, and input errors as exit code 2."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from capdiag import cli
+from capdiag.cli import main
+from helpers import fixture
+
+LOG = fixture("single_gpu_ready.log")
+CAPDIAG = Path(sys.executable).with_name("capdiag")
+
+
+def invoke(*args: str):
+    """`main` as the entry point calls it (standalone_mode=False): errors come back as exceptions."""
+    result = CliRunner().invoke(main, list(args), standalone_mode=False, catch_exceptions=True)
+    return result
+
+
+def run_entry(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """capdiag.cli.run() in process, as the console script calls it."""
+    monkeypatch.setattr(sys, "argv", ["capdiag", *args])
+    code = 0
+    try:
+        cli.run()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- explain --------------------------------------------------------------------------------
+
+def test_explain_text():
+    result = invoke("explain", LOG)
+    assert result.exception is None, result.output
+    out = result.output
+    assert "MEMORY BREAKDOWN" in out and "CONCURRENCY" in out and "FINDINGS" in out
+    assert "15.10" in out and "48.82" in out and "1.60" in out  # weights, kv (24.41 × 2), graphs
+    assert "0.86" in out  # the stated mem_fraction_static
+
+
+def test_explain_json_is_the_report_contract():
+    result = invoke("explain", LOG, "--format", "json")
+    assert result.exception is None
+    report = json.loads(result.output)
+    assert report["schema"] == "capdiag.report/1" and report["framework"] == "sglang"
+    rows = {r["category"]: r["gib"] for r in report["breakdown"]}
+    assert (rows["weights"], rows["kv_cache"], rows["cuda_graph"]) == (15.1, 48.82, 1.6)
+    assert [c["max_concurrent"] for c in report["concurrency"]] == [48, 48, 48]
+
+
+def test_explain_markdown_if_available():
+    result = invoke("explain", LOG, "--format", "markdown")
+    if result.exception is not None and type(result.exception).__name__ == "TemplateNotFound":
+        pytest.skip("no markdown template yet")
+    assert result.exception is None
+    assert "|" in result.output and "15.10" in result.output
+
+
+def test_explain_output_file(tmp_path):
+    target = tmp_path / "report.json"
+    result = invoke("explain", LOG, "--format", "json", "--output", str(target))
+    assert result.exception is None and result.output == ""
+    assert json.loads(target.read_text())["source"]["path"] == LOG
+
+
+def test_explain_token_lengths():
+    result = invoke("explain", LOG, "--format", "json", "--token-lengths", "1000,100000")
+    assert result.exception is None
+    rows = json.loads(result.output)["concurrency"]
+    assert [(r["request_tokens"], r["token_limit"], r["max_concurrent"]) for r in rows] == \
+        [(1000, 400, 48), (100000, 4, 4)]
+
+
+def test_explain_gpu_options():
+    by_total = json.loads(invoke("explain", LOG, "--format", "json", "--gpu-total-gib", "80").output)
+    assert next(r for r in by_total["breakdown"] if r["category"] == "framework")["gib"] == 1.5  # 80 − 78.5
+    by_alias = json.loads(invoke("explain", LOG, "--format", "json", "--gpu", "h100_sxm").output)
+    assert by_alias["gpu"]["alias"] == "h100_sxm" and by_alias["gpu"]["total_gib"] == 79.65
+
+
+def test_explain_target_rank_and_launch():
+    rank1 = json.loads(invoke("explain", fixture("mla_tp2.log"), "--format", "json", "--target-rank", "1").output)
+    assert rank1["target_rank"] == "TP1"
+    second = json.loads(invoke("explain", fixture("restart_furthest_first.log"), "--format", "json",
+                               "--launch", "2").output)
+    assert second["source"]["analyzed_launch"] == 2 and second["source"]["launches"] == 2
+
+
+def test_explain_reads_stdin():
+    text = Path(LOG).read_text()
+    result = CliRunner().invoke(main, ["explain", "-", "--format", "json"], input=text, standalone_mode=False)
+    assert result.exception is None
+    assert json.loads(result.output)["source"]["lines"] == len(text.splitlines())
+
+
+# ---- facts ----------------------------------------------------------------------------------
+
+def test_facts_json():
+    result = invoke("facts", LOG, "--format", "json")
+    assert result.exception is None
+    rows = json.loads(result.output)
+    assert [(r["line"], r["kind"]) for r in rows] == [
+        (1, "ServerArgs"), (2, "TorchDistributedEnd"), (3, "LoadWeightBegin"), (4, "LoadWeightEnd"),
+        (5, "KVCacheAllocated"), (6, "MemoryPoolEnd"), (7, "GraphCaptureBegin"), (8, "GraphCaptureEnd"),
+        (9, "GraphCaptureBegin"), (10, "GraphCaptureEnd"), (11, "TokenBudget"), (13, "ServerReady")]
+    kv = rows[4]
+    assert kv["values"]["k_gib"] == 24.41 and kv["values"]["tokens"] == 400000
+    assert kv["launch"] == 1 and kv["role"] == "target" and kv["text"].startswith("[2025-12-10 10:00:06]")
+
+
+def test_facts_text():
+    result = invoke("facts", fixture("eagle_v0513.log"))
+    assert result.exception is None
+    lines = result.output.splitlines()
+    assert len(lines) == 17  # every line of the fixture states a fact
+    assert "LoadWeightEnd" in lines[8] and "draft" in lines[8] and "mem_usage_gib=1.0" in lines[8]
+    assert "target" in lines[2] and "mem_usage_gib=15.1" in lines[2]
+
+
+# ---- input errors: one line on stderr, exit 2, no traceback ---------------------------------------
+
+def _binary(tmp_path):
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\x00\x01\x02\x00" * 2048)
+    return str(path)
+
+
+def _empty(tmp_path):
+    path = tmp_path / "empty.log"
+    path.write_text("")
+    return str(path)
+
+
+def _unrecognised(tmp_path):
+    path = tmp_path / "other.log"
+    path.write_text("hello\nworld\nINFO:     127.0.0.1:1 - \"GET / HTTP/1.1\" 200 OK\n")
+    return str(path)
+
+
+ERRORS = [
+    ("missing", lambda t: ["explain", str(t / "missing.log")], "no such file"),
+    ("directory", lambda t: ["explain", str(t)], "directory"),
+    ("empty", lambda t: ["explain", _empty(t)], "empty"),
+    ("binary", lambda t: ["explain", _binary(t)], "binary"),
+    ("unrecognised", lambda t: ["explain", _unrecognised(t)], "3 lines"),
+    ("bad-launch", lambda t: ["explain", LOG, "--launch", "5"], "--launch 5"),
+    ("unknown-gpu", lambda t: ["explain", LOG, "--gpu", "quantum9000"], "--gpu quantum9000"),
+    ("bad-target-rank", lambda t: ["explain", LOG, "--target-rank", "3"], "--target-rank 3"),
+    ("negative-total", lambda t: ["explain", LOG, "--gpu-total-gib", "-1"], "positive"),
+    ("unwritable-output", lambda t: ["explain", LOG, "--output", str(t / "no" / "such" / "dir.txt")], "cannot be written"),
+    ("facts-missing", lambda t: ["facts", str(t / "missing.log")], "no such file"),
+]
+
+
+@pytest.mark.parametrize("name, argv, words", ERRORS, ids=[e[0] for e in ERRORS])
+def test_input_errors_exit_2_with_one_line(name, argv, words, tmp_path, monkeypatch, capsys):
+    code, out, err = run_entry(monkeypatch, capsys, *argv(tmp_path))
+    assert code == 2
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("capdiag: error:") and words in lines[0], err
+
+
+@pytest.mark.parametrize("argv", [["explain", LOG, "--launch", "0"], ["explain", LOG, "--token-lengths", "a,b"],
+                                  ["explain", LOG, "--token-lengths", "0"], ["explain", LOG, "--format", "pdf"]],
+                         ids=["launch-0", "lengths-words", "lengths-zero", "format"])
+def test_bad_options_exit_2_without_traceback(argv, monkeypatch, capsys):
+    code, out, err = run_entry(monkeypatch, capsys, *argv)
+    assert code == 2 and "Traceback" not in err and err.startswith("capdiag: error: ")
+
+
+def test_bad_option_is_one_line(monkeypatch, capsys):
+    code, out, err = run_entry(monkeypatch, capsys, "explain", LOG, "--launch", "0")
+    assert code == 2 and len([l for l in err.splitlines() if l.strip()]) == 1
+
+
+def test_corrupt_gzip_exits_2(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "bad.log.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00garbage-not-gzip" * 10)
+    code, out, err = run_entry(monkeypatch, capsys, "explain", str(path))
+    assert code == 2 and "Traceback" not in err
+
+
+# ---- the installed console script (a few, by subprocess) -------------------------------------------
+
+needs_script = pytest.mark.skipif(not CAPDIAG.exists(), reason="console script not installed next to python")
+
+
+@needs_script
+def test_console_script_explains():
+    proc = subprocess.run([str(CAPDIAG), "explain", LOG, "--format", "json"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["source"]["ready"] is True
+
+
+@needs_script
+@pytest.mark.parametrize("make", [lambda t: str(t / "missing.log"), _binary, _empty], ids=["missing", "binary", "empty"])
+def test_console_script_exit_2(make, tmp_path):
+    proc = subprocess.run([str(CAPDIAG), "explain", make(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("capdiag: error:")
