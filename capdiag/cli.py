@@ -9,12 +9,13 @@ from typing import Optional
 import attrs
 import click
 
-from capdiag import __version__
+from capdiag import __version__, ruledocs
 from capdiag.analysis import analyse, read_log
 from capdiag.errors import InputError
 from capdiag.launches import split_launches
-from capdiag.render import FORMATS, render
+from capdiag.render import FORMATS, render, render_trace
 from capdiag.report import build
+from capdiag.rules import find_rule
 
 EXAMPLE_LOG = "sglang-llama31-8b-h100.log"
 
@@ -67,13 +68,32 @@ def main() -> None:
 @click.option("--nvidia-smi-file", type=click.Path(dir_okay=False),
               help="nvidia-smi output: `--query-gpu=index,memory.used,memory.free --format=csv[,noheader]` or the table.")
 @click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (theoretical KV bytes per token).")
+@click.option("--trace", is_flag=True, help="Print the engine's firings (rule, conclusion, premises) to stderr.")
 def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, launch, framework, nvidia_smi_file,
-            config_json):
+            config_json, trace):
     """Explain where each GPU's memory went in LOG (a path, - for stdin, or a .gz file)."""
     a = analyse(log, launch=launch, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
                 gpu_total_gib=gpu_total_gib, framework=framework, nvidia_smi=nvidia_smi_file,
                 config_json=config_json)
+    if trace:
+        click.echo(render_trace(a.firings), err=True, nl=False)
     _write(render(build(a), fmt), output)
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--markdown", is_flag=True, help="Print the documentation of every rule as markdown (docs/rules.md).")
+def rules(name, markdown):
+    """List the finding rules, or print one rule's documentation (by name or code)."""
+    if markdown:
+        click.echo(ruledocs.markdown(), nl=False)
+    elif name:
+        found = find_rule(name)
+        if found is None:
+            raise InputError(f"no rule named {name!r}; `capdiag rules` lists them")
+        click.echo(ruledocs.one(found), nl=False)
+    else:
+        click.echo(ruledocs.listing(), nl=False)
 
 
 @main.command()

@@ -19,8 +19,8 @@ def _num(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-def _clip(text: str, width: int = 160) -> str:
-    text = text.replace("\n", " ⏎ ")
+def _clip(text: Any, width: int = 160) -> str:
+    text = str(text).replace("\n", " ⏎ ")
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -46,3 +46,10 @@ def render(report: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template(f"{fmt}.j2").render(r=report)
+
+
+def render_trace(firings) -> str:
+    """One block per firing, in order: rule → conclusion, then the premises it rests on."""
+    from capdiag.report import trace_rows
+
+    return _env().get_template("trace.j2").render(rows=trace_rows(firings))

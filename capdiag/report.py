@@ -220,3 +220,16 @@ def _server_args_note(args: Optional[F.ServerArgs]) -> Optional[dict[str, Any]]:
 
 def _rule_code(name: str) -> Optional[str]:
     return next((r.code for r in FINDING_RULES if r.name == name), None)
+
+
+def trace_rows(firings) -> list[dict[str, Any]]:
+    """The engine's firings as rows for the trace template."""
+    rows = []
+    for n, firing in enumerate(firings, start=1):
+        d = firing.conclusion
+        premises = [(f"{p.topic}.{p.key}" if isinstance(p, Derived) else f"{p.kind} ({where(p.evidence)})")
+                    for p in d.premises]
+        rows.append({"n": n, "rule": firing.rule, "topic": d.topic, "key": d.key,
+                     "value": _value(d) if d.known else f"unknown: {_reason(d)}", "formula": d.formula,
+                     "premises": premises})
+    return rows

@@ -11,7 +11,8 @@ _PHASE_WORDS = {"init": "process start-up", "weights": "weight loading", "kv_poo
 
 @rule("startup-incomplete", code="CD101", severity="warning")
 def startup_incomplete(kb):
-    """What it checks: the launch never reaches "The server is fired up and ready to roll!".
+    """What it checks: the launch never reaches its ready line (SGLang: "The server is fired up and
+    ready to roll!"; vLLM: "Application startup complete." or the engine's `init engine … took`).
 
     Why it matters: a start-up that stops early leaves later figures (KV pool, graphs, final
     free memory) unprinted, so the breakdown is partial. A scheduler exception makes it an

@@ -1,0 +1,77 @@
+"""The rules' documentation: every finding rule is documented in ruff's form, `capdiag rules`
+prints it, and docs/rules.md is generated from it (this test fails when the file is stale)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from capdiag import ruledocs
+from capdiag.rules import FINDINGS, find_rule
+from helpers import fixture
+from test_cli import run_entry
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
+
+
+def test_docs_page_is_current():
+    assert DOCS.read_text(encoding="utf-8") == ruledocs.markdown(), \
+        "docs/rules.md is stale: regenerate it with `capdiag rules --markdown > docs/rules.md`"
+
+
+@pytest.mark.parametrize("r", FINDINGS, ids=[r.name for r in FINDINGS])
+def test_rule_is_documented(r):
+    sections = ruledocs.sections(r)
+    assert set(sections) == {"What it checks", "Why it matters", "Example", "What to do"}
+    assert all(len(text) > 20 for text in sections.values())
+    assert re.fullmatch(r"CD1\d\d", r.code) and r.severity in ("info", "warning", "error")
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)+", r.name)
+    for key in r.thresholds:  # every threshold is named in the documentation
+        assert f"`{key}`" in r.doc, f"{r.name}: threshold {key} is not documented"
+
+
+def test_codes_and_names_are_unique():
+    assert len({r.code for r in FINDINGS}) == len({r.name for r in FINDINGS}) == len(FINDINGS) == 23
+
+
+def test_issue_slugs_are_all_present():
+    wanted = """startup-incomplete out-of-memory mem-fraction-unstated unexplained-memory deepgemm-jit-suspected
+    kernel-cache-cold overlap-weight-load thin-headroom excess-headroom rank-imbalance kv-head-replication
+    fp8-kv-opportunity request-limit-binds context-exceeds-kv cuda-graph-heavy cuda-graph-estimate-off pp-stage-skew
+    dp-attention-budget speculative-draft-memory swa-compressed-kv moe-expert-buffers gpu-capacity-ambiguous
+    utilization-too-high""".split()
+    assert sorted(wanted) == sorted(r.name for r in FINDINGS)
+
+
+def test_find_rule_by_name_or_code():
+    assert find_rule("CD110").name == "thin-headroom"
+    assert find_rule("cd110") is find_rule("thin-headroom")
+    assert find_rule("no-such-rule") is None
+
+
+def test_cli_lists_rules(monkeypatch, capsys):
+    code, out, _ = run_entry(monkeypatch, capsys, "rules")
+    assert code == 0 and len(out.splitlines()) == 23
+    assert out.splitlines()[0].startswith("CD101  startup-incomplete")
+
+
+def test_cli_prints_one_rule(monkeypatch, capsys):
+    code, out, _ = run_entry(monkeypatch, capsys, "rules", "thin-headroom")
+    assert code == 0 and out.startswith("CD110 thin-headroom (default severity: warning)")
+    assert "What to do:" in out and "min_free_gib = 1.0" in out
+
+
+def test_cli_unknown_rule_is_exit_2(monkeypatch, capsys):
+    code, _, err = run_entry(monkeypatch, capsys, "rules", "no-such-rule")
+    assert code == 2 and err.startswith("capdiag: error: no rule named")
+
+
+def test_trace_prints_firings_to_stderr(monkeypatch, capsys):
+    code, out, err = run_entry(monkeypatch, capsys, "explain", fixture("single_gpu_ready.log"), "--format", "json",
+                               "--trace")
+    assert code == 0 and out.lstrip().startswith("{")
+    blocks = [line for line in err.splitlines() if line.startswith("#")]
+    assert blocks[0].startswith("#1 target-rank → target_rank")
+    assert any(" breakdown.weights → breakdown.weights = " in b for b in blocks)
+    assert "from LoadWeightEnd (line" in err
