@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from importlib import resources
 from typing import Optional
@@ -14,10 +15,15 @@ from capdiag.analysis import analyse, read_log
 from capdiag.errors import InputError
 from capdiag.launches import split_launches
 from capdiag.render import FORMATS, render, render_trace
+from capdiag import gate
+from capdiag.gate import baseline_document, read_baseline
+from capdiag.gate_render import GATE_FORMATS, render_gate, summary_markdown
+from capdiag.policy import SEVERITIES, load_policy
 from capdiag.report import build
 from capdiag.rules import find_rule
 
 EXAMPLE_LOG = "sglang-llama31-8b-h100.log"
+DEFAULT_FAIL_ON = "warning"
 
 
 class Lengths(click.ParamType):
@@ -80,6 +86,66 @@ def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, la
     _write(render(build(a), fmt), output)
 
 
+def _gate_options(func):
+    """Options `gate` and `baseline` share with `explain`'s inputs."""
+    for option in reversed((
+            click.option("--policy", type=click.Path(dir_okay=False), help="A capdiag.toml policy."),
+            click.option("--nvidia-smi-file", type=click.Path(dir_okay=False), help="nvidia-smi output (all logs)."),
+            click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (all logs)."),
+            click.option("--gpu", help="GPU alias from references/gpu-specs.json."),
+            click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB."),
+            click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection."),
+    )):
+        func = option(func)
+    return func
+
+
+def _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on=None, baseline=None):
+    loaded = load_policy(policy) if policy else None
+    level = fail_on or (loaded.fail_on if loaded else None) or DEFAULT_FAIL_ON
+    entries = read_baseline(baseline) if baseline else None
+    return gate.run(list(logs), fail_on=level, baseline=entries, policy=loaded, nvidia_smi=nvidia_smi_file,
+                    config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, framework=framework)
+
+
+@main.command("gate")
+@click.argument("logs", nargs=-1, required=True)
+@_gate_options
+@click.option("--fail-on", type=click.Choice(SEVERITIES), help=f"Lowest severity that fails (default: the policy's, "
+              f"else {DEFAULT_FAIL_ON}).")
+@click.option("--format", "fmt", type=click.Choice(GATE_FORMATS), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
+@click.option("--baseline", type=click.Path(dir_okay=False), help="Accept the findings this baseline lists.")
+@click.option("--exit-zero", is_flag=True, help="Report, but exit 0 even when the gate fails (input errors still exit 2).")
+def gate_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, fmt, output,
+                 baseline, exit_zero):
+    """Gate a deploy on the start-up logs: exit 0 pass, 1 a finding at or above --fail-on, 2 input error."""
+    verdict = _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, baseline)
+    _write(render_gate(verdict, fmt), output)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if fmt == "github" and summary:
+        try:
+            with open(summary, "a", encoding="utf-8") as fh:
+                fh.write(summary_markdown(verdict))
+        except OSError as exc:
+            raise InputError(f"GITHUB_STEP_SUMMARY {summary}: cannot be written ({exc.strerror})") from None
+    sys.exit(verdict.exit_code(exit_zero))
+
+
+@main.command("baseline")
+@click.argument("logs", nargs=-1, required=True)
+@_gate_options
+@click.option("--output", "-o", type=click.Path(dir_okay=False), required=True, help="The baseline file to write.")
+def baseline_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, output):
+    """Write a baseline that accepts every finding the logs raise now."""
+    verdict = _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework)
+    if verdict.errors:
+        raise InputError(verdict.errors[0].error)
+    document = baseline_document(verdict)
+    _write(json.dumps(document, indent=2, ensure_ascii=False) + "\n", output)
+    click.echo(f"capdiag: wrote {len(document['entries'])} baseline entries to {output}", err=True)
+
+
 @main.command()
 @click.argument("name", required=False)
 @click.option("--markdown", is_flag=True, help="Print the documentation of every rule as markdown (docs/rules.md).")
@@ -138,6 +204,8 @@ def run() -> None:
         main(standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         click.echo(f"capdiag: error: {exc.format_message()}", err=True)
         sys.exit(2)

@@ -63,6 +63,10 @@ class Rule:
     code: Optional[str] = None  # set for rules that raise findings, e.g. "CD101"
     severity: Optional[str] = None  # their default severity
     thresholds: dict = attrs.field(factory=dict, hash=False)
+    # inputs without which the rule cannot judge ("nvidia-smi", "config.json"), and the
+    # frameworks it applies to (empty: both)
+    needs: tuple = ()
+    frameworks: tuple = ()
 
     @property
     def doc(self) -> str:
@@ -75,9 +79,9 @@ class Rule:
 
 
 def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
-         thresholds: Optional[dict] = None) -> Callable[[Callable], Rule]:
+         thresholds: Optional[dict] = None, needs: tuple = (), frameworks: tuple = ()) -> Callable[[Callable], Rule]:
     def wrap(func: Callable) -> Rule:
-        return Rule(name, func, code, severity, dict(thresholds or {}))
+        return Rule(name, func, code, severity, dict(thresholds or {}), tuple(needs), tuple(frameworks))
     return wrap
 
 
@@ -112,7 +116,7 @@ class Knowledge:
 
     def policy(self, rule_name: str) -> dict:
         """The policy's entry for a rule ({} without a policy)."""
-        policy = next((f for f in self.facts if type(f).__name__ == "Policy"), None)
+        policy = next((f for f in self.facts if isinstance(f, F.Policy)), None)
         return policy.rules.get(rule_name, {}) if policy is not None else {}
 
     def settings(self, r: Rule) -> dict:

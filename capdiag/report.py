@@ -43,6 +43,17 @@ def evidence(d: Derived) -> list[dict[str, Any]]:
              "kind": f.kind, "rank": f.rank.label if f.rank.tagged else None} for f in evidence_chain(d)]
 
 
+def main_evidence(d: Derived) -> Optional[dict[str, Any]]:
+    """The line a conclusion rests on first: its first premise, followed back to a fact."""
+    node: Any = d
+    while isinstance(node, Derived):
+        if not node.premises:
+            return None
+        node = node.premises[0]
+    e = node.evidence
+    return {"line": e.line, "source": e.source, "where": where(e), "text": e.text}
+
+
 def because(d: Derived) -> list[dict[str, Any]]:
     """The derived premises of a conclusion, one level deep (their own chains are in `evidence`)."""
     return [{"rule": p.rule, "topic": p.topic, "key": p.key if not isinstance(p.key, tuple) else list(p.key),
@@ -127,9 +138,11 @@ def build(a: Analysis) -> dict[str, Any]:
     for d in sorted((d for d in kb.topic("finding") if isinstance(d, Finding)),
                     key=lambda d: (SEVERITY_ORDER[d.severity], d.rule)):
         findings.append({"rule": d.rule, "name": d.rule, "code": _rule_code(d.rule), "severity": d.severity,
+                         "key": d.key[1] if isinstance(d.key, tuple) else None,
                          "title": d.title, "message": d.message, "action": d.action,
                          "rank": _label_of(target, facts) if target is not None else None,
-                         "evidence": evidence(d), "because": because(d), "detail": d.detail})
+                         "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
+                         "detail": d.detail})
 
     binding = kb.get("binding_rank")
     budget = kb.get("breakdown", "budget")
@@ -154,6 +167,10 @@ def build(a: Analysis) -> dict[str, Any]:
                                      "failure": None if l.failure is None else {"line": l.failure.evidence.line,
                                                                                 "text": l.failure.evidence.text}}
                                     for l in a.launches]},
+        "inputs": sorted({name for f in kb.facts for kind, name in ((F.SmiGpu, "nvidia-smi"),
+                                                                     (F.ModelConfig, "config.json"),
+                                                                     (F.GpuTotal, "gpu"), (F.GpuSpec, "gpu"),
+                                                                     (F.Policy, "policy")) if isinstance(f, kind)}),
         "config": config,
         "config_sources": config_sources,
         "gpu": {"alias": ident.value["alias"] if ident is not None and ident.known else None,

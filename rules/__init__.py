@@ -8,7 +8,7 @@ rest is shared.
 from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, cuda_graph_estimate_off,
                            cuda_graph_heavy, deepgemm_jit_suspected, dp_attention_budget, excess_headroom,
                            fp8_kv_opportunity, gpu, gpu_capacity_ambiguous, kernel_cache_cold, kv_head_replication,
-                           kv_pool, kv_theory, mem_fraction_unstated, moe_expert_buffers, nvidia_smi, out_of_memory,
+                           kv_pool, kv_theory, low_concurrency, mem_fraction_unstated, moe_expert_buffers, nvidia_smi, out_of_memory,
                            overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
                            speculative_draft_memory, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
                            thin_headroom, unexplained_memory, utilization_too_high, vllm_breakdown, vllm_capacity,
@@ -86,6 +86,7 @@ FINDINGS = (
     swa_compressed_kv.swa_compressed_kv,
     moe_expert_buffers.moe_expert_buffers,
     gpu_capacity_ambiguous.gpu_capacity_ambiguous,
+    low_concurrency.low_concurrency,
 )
 
 BY_FRAMEWORK = {"sglang": SGLANG, "vllm": VLLM}

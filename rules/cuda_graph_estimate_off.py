@@ -6,7 +6,8 @@ from capdiag.engine import rule
 from capdiag.rules._common import finding, line_ref
 
 
-@rule("cuda-graph-estimate-off", code="CD117", severity="warning", thresholds={"max_error_percent": 30.0})
+@rule("cuda-graph-estimate-off", code="CD117", severity="warning", thresholds={"max_error_percent": 30.0},
+      frameworks=("vllm",))
 def cuda_graph_estimate_off(kb, t):
     """What it checks: vLLM's pre-capture estimate of CUDA-graph memory differs from the actual
     figure by more than `max_error_percent` % (`CUDA graph pool memory: A (actual), E

@@ -5,7 +5,7 @@ from capdiag.engine import rule
 from capdiag.rules._common import finding
 
 
-@rule("kv-head-replication", code="CD113", severity="info")
+@rule("kv-head-replication", code="CD113", severity="info", needs=("config.json",))
 def kv_head_replication(kb):
     """What it checks: the model has fewer KV heads than the attention TP size (config.json),
     so each rank stores a copy of one head and the same KV is held several times.

@@ -4,7 +4,7 @@ from __future__ import annotations
 from capdiag.engine import Finding, rule
 
 
-@rule("mem-fraction-unstated", code="CD103", severity="info")
+@rule("mem-fraction-unstated", code="CD103", severity="info", frameworks=("sglang",))
 def mem_fraction_unstated(kb):
     """What it checks: the log does not state SGLang's `mem_fraction_static` (no intact
     `server_args` line, no `Memory profiling:` line).

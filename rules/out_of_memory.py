@@ -61,7 +61,7 @@ def out_of_memory(kb):
                    "gpu_memory_utilization applies only after profiling.",
     }[direction]
     yield Finding("finding", "out-of-memory", None, "out-of-memory",
-                  tuple(p for p in (before[-1] if before else None, *errors) if p is not None),
+                  tuple(p for p in (*errors, before[-1] if before else None) if p is not None),
                   f"Out of memory after the {phase.replace('_', ' ')} phase ({line_ref(first)}): {why}.{detail}",
                   severity="error", title=f"Out of memory during start-up ({phase.replace('_', ' ')})",
                   action=action, detail={"direction": direction, "phase": phase})

@@ -37,7 +37,7 @@ def startup_incomplete(kb):
         severity, title = "error", f"Start-up crashed during {_PHASE_WORDS[reached]}"
         message = (f"A {'scheduler' if isinstance(crash, F.SchedulerException) else 'engine'} process failed "
                    f"({line_ref(crash)}); the last phase reached is {_PHASE_WORDS[reached]}.")
-        premises = (phase, crash) + tuple(oom)
+        premises = (crash, phase) + tuple(oom)
     elif budget is not None:
         severity, title = "info", "The log ends after memory set-up, before a ready line"
         message = (f"Memory set-up finished (the KV pool was sized, {line_ref(budget)}) but no ready line "

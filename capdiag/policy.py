@@ -1,0 +1,100 @@
+"""A gate policy (capdiag.toml) → a validated Policy fact.
+
+    fail-on = "warning"              # info | warning | error: the lowest severity that fails
+
+    [rules.thin-headroom]            # a rule by slug or code
+    severity = "error"               # override its findings' severity
+    min_free_gib = 2.0               # a threshold the rule documents
+
+    [rules.fp8-kv-opportunity]
+    enabled = false
+
+Every rule, key and type is checked when the file is loaded; a mistake is an error naming
+its line.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from capdiag import facts as F
+from capdiag.errors import InputError
+from capdiag.rules import find_rule
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SEVERITIES = ("info", "warning", "error")
+
+
+def _line_of(text: str, table: Optional[str], key: Optional[str]) -> int:
+    """The line where `key` is set inside `[table]` (or where the table opens); 0 if not found."""
+    current = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            current = line.strip("[] ").replace('"', "")
+            if key is None and current == table:
+                return number
+            continue
+        if key is not None and current == table and line.split("=")[0].strip().strip('"') == key:
+            return number
+    return 0
+
+
+def load_policy(path: str) -> F.Policy:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+
+    def fail(message: str, table: Optional[str] = None, key: Optional[str] = None):
+        line = _line_of(text, table, key)
+        raise InputError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+
+    for key in data:
+        if key not in ("fail-on", "rules"):
+            fail(f"unknown key {key!r} (expected fail-on or [rules.NAME] tables)", None, key)
+    fail_on = data.get("fail-on")
+    if fail_on is not None and fail_on not in SEVERITIES:
+        fail(f"fail-on must be one of {', '.join(SEVERITIES)}, not {fail_on!r}", None, "fail-on")
+    rules: dict[str, dict[str, Any]] = {}
+    tables = data.get("rules", {})
+    if not isinstance(tables, dict):
+        fail("rules must be tables: [rules.NAME]", None, "rules")
+    for name, entry in tables.items():
+        table = f"rules.{name}"
+        r = find_rule(name)
+        if r is None:
+            fail(f"unknown rule {name!r} (`capdiag rules` lists them)", table)
+        if not isinstance(entry, dict):
+            fail(f"[{table}] must be a table", table)
+        settings: dict[str, Any] = {"thresholds": {}}
+        for key, value in entry.items():
+            if key == "enabled":
+                if not isinstance(value, bool):
+                    fail(f"{key} must be true or false, not {value!r}", table, key)
+                settings["enabled"] = value
+            elif key == "severity":
+                if value not in SEVERITIES:
+                    fail(f"severity must be one of {', '.join(SEVERITIES)}, not {value!r}", table, key)
+                settings["severity"] = value
+            elif key in r.thresholds:
+                default = r.thresholds[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    fail(f"{key} must be a number like {default!r}, not {value!r}", table, key)
+                settings["thresholds"][key] = type(default)(value) if isinstance(default, int) and \
+                    float(value).is_integer() else value
+            else:
+                known = ", ".join(["enabled", "severity", *r.thresholds])
+                fail(f"unknown key {key!r} for rule {r.name} (known: {known})", table, key)
+        rules[r.name] = settings
+    return F.Policy(evidence=F.Evidence(F.INPUT_LINE, f"policy {path}", 0, "policy"), rules=rules, fail_on=fail_on)

@@ -1,0 +1,37 @@
+"""low-concurrency (CD124)."""
+from __future__ import annotations
+
+from capdiag.engine import rule
+from capdiag.rules._common import finding
+
+
+@rule("low-concurrency", code="CD124", severity="warning", thresholds={"request_tokens": 4096, "min_concurrent": 1})
+def low_concurrency(kb, t):
+    """What it checks: fewer than `min_concurrent` requests of `request_tokens` tokens fit at once
+    — the KV tokens // request length, capped by the request limit where the log states it.
+
+    Why it matters: a deploy gate's capacity floor. A configuration change (longer context,
+    bigger model, a lower fraction) can leave the pool too small for the traffic it must carry,
+    and the server still starts.
+
+    Example: a policy with `request_tokens = 8192` and `min_concurrent = 32` against a pool of
+    200,000 tokens: 24 fit.
+
+    What to do: grow the pool (higher static fraction, fp8 KV, more TP) or lower the per-request
+    length the deployment promises; set the floor in the policy to what the service needs.
+    """
+    tokens = kb.get("kv_pool", "tokens")
+    if tokens is None or not tokens.known:
+        return
+    length = int(t["request_tokens"])
+    limit = kb.get("config", "max_running_requests")
+    fit = tokens.value // length
+    capped = min(fit, limit.value) if limit is not None and limit.known and isinstance(limit.value, int) else fit
+    if capped >= t["min_concurrent"]:
+        return
+    yield finding("low-concurrency", (tokens, limit),
+                  f"{capped} request(s) of {length} tokens fit at once ({tokens.value:,} KV tokens // {length}"
+                  + (f", request limit {limit.value}" if capped != fit else "") + f"); the floor is {t['min_concurrent']}.",
+                  severity="warning", title=f"Only {capped} concurrent request(s) of {length} tokens",
+                  action="Grow the KV pool (higher static fraction, fp8 KV cache, more TP) or lower the request length.",
+                  detail={"concurrent": capped, "request_tokens": length})
