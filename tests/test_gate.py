@@ -106,7 +106,7 @@ def test_policy_threshold_severity_and_disable(monkeypatch, capsys, tmp_path):
     code, out, _ = gate(monkeypatch, capsys, READY, "--policy", policy, "--fail-on", "error")
     assert code == 1 and "FAIL  [error] CD110 thin-headroom" in out
     policy = write(tmp_path, "off.toml", '[rules.out-of-memory]\nenabled = false\n[rules.startup-incomplete]\n'
-                                         'enabled = false\n')
+                                         'enabled = false\n[rules.thin-headroom]\nenabled = false\n')
     code, out, _ = gate(monkeypatch, capsys, OOM, "--policy", policy)
     assert code == 0 and "CD102" not in out
 
