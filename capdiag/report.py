@@ -20,6 +20,9 @@ CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "e
                "max_running_requests", "page_size", "block_size", "quantization")
 BREAKDOWN_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "activation", "draft_weights",
                    "draft_kv_cache", "draft_cuda_graph", "unattributed", "other", "free")
+# Stacked-bar order of a rank's memory, bottom to top.
+SEGMENT_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
+                 "draft_cuda_graph", "other", "free")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -102,12 +105,17 @@ def build(a: Analysis) -> dict[str, Any]:
 
     per_rank = observed_by_rank(facts)
     target = kb.value("target_rank")
+    binding = kb.get("binding_rank")
     shown = [c for c in RANK_COLUMNS[a.framework] if any(_column(o, c[1]) is not None for o in per_rank.values())]
     ranks = []
     for rank in sorted(per_rank):
         tags = _rank_tags(rank, facts)
         smi = kb.get("nvidia_smi", rank)
+        segments = kb.value("rank_memory", rank) or {}
         ranks.append({"rank": tags, "label": _label(tags) or "TP0", "observed": per_rank[rank],
+                      "segments": [{"category": c, "gib": segments[c]} for c in SEGMENT_ORDER if c in segments],
+                      "binding": binding is not None and binding.detail.get("rank") == rank,
+                      "target": rank == target,
                       "columns": [_column(per_rank[rank], keys) for _, keys in shown],
                       "nvidia_smi": None if smi is None else {k: smi.value[k] for k in
                                                               ("index", "used_mib", "free_mib", "total_mib")}})
@@ -144,7 +152,6 @@ def build(a: Analysis) -> dict[str, Any]:
                          "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
                          "detail": d.detail})
 
-    binding = kb.get("binding_rank")
     budget = kb.get("breakdown", "budget")
     check = kb.get("concurrency_check")
     kv_keys = [k for k in ("tokens", "bytes_per_token", "theoretical_bytes_per_token", "dtype", "budget_gib",

@@ -58,6 +58,7 @@ COMMON_AFTER = (
     kv_theory.compare,
     weights_theory.theoretical,
     ranks.binding_rank,
+    ranks.rank_memory,
     startup_phase.phase,
 )
 

@@ -27,3 +27,60 @@ def binding_rank(kb):
                       f"spread across {len(ranks)} ranks {spread} GiB",
                       {"rank": least.rank.key(), "reading": what, "gib": low, "spread_gib": spread})
         return
+
+
+_SEGMENT_SOURCES = {
+    "sglang": (("weights", ("weight_mem_usage_gib",)), ("kv_cache", ("kv_size_gib",)),
+               ("kv_cache", ("k_size_gib", "v_size_gib")), ("mamba_state", ("mamba_conv_state_gib", "mamba_ssm_state_gib")),
+               ("cuda_graph", ("cuda_graph_mem_usage_gib", "piecewise_cuda_graph_mem_usage_gib",
+                               "prefill_cuda_graph_mem_usage_gib")),
+               ("free", ("available_gpu_mem_gib",)), ("free", ("cuda_graph_end_avail_gib",))),
+    "vllm": (("weights", ("model_loading_gib",)), ("kv_cache", ("available_kv_cache_gib",)),
+             ("cuda_graph", ("graph_capture_gib",)), ("framework", ("non_torch_memory_gib",))),
+}
+
+
+_BAR_CATEGORIES = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
+                   "draft_cuda_graph", "other", "free")
+
+
+@rule("ranks.memory")
+def rank_memory(kb):
+    """Each rank's memory by category, from the figures that rank printed (for the per-rank
+    bars): weights, KV cache, Mamba state, CUDA graphs (every capture of the rank), free at the
+    end; framework = GPU total − free before weights (SGLang) or non-torch memory (vLLM); and,
+    with nvidia-smi and every category known, other = the rank's used memory − the categories.
+    The target rank takes the breakdown's rows. A category a rank did not print is left out,
+    not zero."""
+    from capdiag.observed import observed_by_rank  # the per-rank filing of printed figures
+
+    vllm = bool(kb.of(F.VllmVersion, F.VllmEngineConfig, F.VllmModelLoading, F.VllmKVCacheSize, role=None))
+    total = kb.get("gpu", "total_gib")
+    target = kb.value("target_rank")
+    log_facts = [f for f in kb.facts if f.evidence.source == "log"]
+    for key, observed in sorted(observed_by_rank(log_facts).items()):
+        if key == target:  # the breakdown's rows: the best derivation of each category
+            rows = [d for d in kb.topic("breakdown") if d.known and d.key in _BAR_CATEGORIES]
+            if rows:
+                yield Derived("rank_memory", key, {d.key: d.value for d in rows}, "ranks.memory", tuple(rows),
+                              "the target rank's breakdown rows")
+                continue
+        segments: dict[str, float] = {}
+        for category, keys in _SEGMENT_SOURCES["vllm" if vllm else "sglang"]:
+            values = [observed.get(k) for k in keys]
+            present = [v for v in values if v is not None]
+            if category not in segments and present and (len(keys) == 1 or category in ("cuda_graph", "mamba_state")
+                                                          or len(present) == len(keys)):
+                segments[category] = round(sum(present), 2)
+        begin = observed.get("load_weight_begin_avail_gib")
+        if not vllm and begin is not None and total is not None and total.known:
+            segments["framework"] = round(total.value - begin, 2)
+        smi = kb.get("nvidia_smi", key)
+        if smi is not None and smi.value["used_mib"] is not None and \
+                {"framework", "weights", "kv_cache"} <= set(segments):
+            held = sum(v for c, v in segments.items() if c != "free")
+            segments["other"] = round(smi.value["used_mib"] / 1024 - held, 2)
+        if segments:
+            premises = tuple(f for f in log_facts if f.rank.key() == key) + tuple(p for p in (total, smi) if p)
+            yield Derived("rank_memory", key, segments, "ranks.memory", premises,
+                          ", ".join(f"{c} {v}" for c, v in segments.items()) + " GiB")
