@@ -69,7 +69,7 @@ def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[st
             token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
             gpu_total_gib: Optional[float] = None, framework: Optional[str] = None,
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None,
-            policy: Optional[F.Policy] = None) -> Analysis:
+            policy: Optional[F.Policy] = None, what_if: Optional[F.WhatIf] = None) -> Analysis:
     facts, framework, lines = read_log(path, framework)
     launches = split_launches(facts)
     if launch is not None and not 1 <= launch <= len(launches):
@@ -87,8 +87,7 @@ def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[st
     names += [(f.name.replace("_", " "), "MoE kernel-config device_name") for f in chosen.facts
               if isinstance(f, F.DeviceName)]
     inputs.extend(gpu_input_facts(gpu, gpu_total_gib, names))
-    if policy is not None:
-        inputs.append(policy)
+    inputs.extend(x for x in (policy, what_if) if x is not None)
     kb = Knowledge(chosen.facts + tuple(inputs))
     firings = run(rules_for(framework), kb)
     if target_rank is not None and not kb.get("target_rank").known:

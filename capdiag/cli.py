@@ -20,6 +20,7 @@ from capdiag.gate import baseline_document, read_baseline
 from capdiag.gate_render import GATE_FORMATS, render_gate, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
 from capdiag.report import build
+from capdiag.whatif import KEYS, parse_what_if
 from capdiag.rules import find_rule
 
 EXAMPLE_LOG = "sglang-llama31-8b-h100.log"
@@ -75,12 +76,14 @@ def main() -> None:
               help="nvidia-smi output: `--query-gpu=index,memory.used,memory.free --format=csv[,noheader]` or the table.")
 @click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (theoretical KV bytes per token).")
 @click.option("--trace", is_flag=True, help="Print the engine's firings (rule, conclusion, premises) to stderr.")
+@click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
+              help="Project the start-up under a changed setting (repeatable): " + ", ".join(KEYS) + ".")
 def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, launch, framework, nvidia_smi_file,
-            config_json, trace):
+            config_json, trace, what_if):
     """Explain where each GPU's memory went in LOG (a path, - for stdin, or a .gz file)."""
     a = analyse(log, launch=launch, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
                 gpu_total_gib=gpu_total_gib, framework=framework, nvidia_smi=nvidia_smi_file,
-                config_json=config_json)
+                config_json=config_json, what_if=parse_what_if(what_if))
     if trace:
         click.echo(render_trace(a.firings), err=True, nl=False)
     _write(render(build(a), fmt), output)

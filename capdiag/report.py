@@ -214,6 +214,7 @@ def build(a: Analysis) -> dict[str, Any]:
             "ratio": kb.get("weights", "theoretical_gib").detail.get("ratio"),
             "derivation": (kb.get("weights", "theoretical_gib").formula if kb.get("weights", "theoretical_gib").known
                            else _reason(kb.get("weights", "theoretical_gib")))},
+        "what_if": _what_if(kb.get("what_if")),
         "concurrency": concurrency,
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,
@@ -221,6 +222,14 @@ def build(a: Analysis) -> dict[str, Any]:
                                 "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
                                for f in facts if framework_of(f) == a.framework],
     }
+
+
+def _what_if(d: Optional[Derived]) -> Optional[dict[str, Any]]:
+    if d is None:
+        return None
+    value = dict(d.value)
+    value["derivation"] = d.detail.get("derivation", [])
+    return value
 
 
 def _column(observed: dict[str, Any], keys: tuple[str, ...]) -> Any:

@@ -12,7 +12,7 @@ from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, c
                            overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
                            speculative_draft_memory, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
                            thin_headroom, unexplained_memory, utilization_too_high, vllm_breakdown, vllm_capacity,
-                           vllm_config, weights_theory)
+                           vllm_config, weights_theory, what_if)
 
 SGLANG = (
     config.config,
@@ -90,14 +90,17 @@ FINDINGS = (
     low_concurrency.low_concurrency,
 )
 
+# Projections run last: they say which findings a change would add or remove.
+WHAT_IF = (what_if.sglang, what_if.vllm)
+
 BY_FRAMEWORK = {"sglang": SGLANG, "vllm": VLLM}
 
 
 def rules_for(framework: str) -> tuple:
-    return COMMON_BEFORE + BY_FRAMEWORK[framework] + COMMON_AFTER + FINDINGS
+    return COMMON_BEFORE + BY_FRAMEWORK[framework] + COMMON_AFTER + FINDINGS + WHAT_IF
 
 
-ALL = COMMON_BEFORE + SGLANG + VLLM + COMMON_AFTER + FINDINGS
+ALL = COMMON_BEFORE + SGLANG + VLLM + COMMON_AFTER + FINDINGS + WHAT_IF
 FINDING_RULES = FINDINGS
 
 

@@ -119,7 +119,8 @@ def theoretical(kb):
 @rule("kv-pool.dtype")
 def kv_dtype(kb):
     """The KV element type in use: what the log's KV lines print, else the configured
-    kv_cache_dtype, else — for `auto` — the model's dtype from config.json."""
+    kv_cache_dtype, else — for `auto` — the model's dtype (the weight-load line, vLLM's engine
+    config, or config.json)."""
     printed = next((f for f in kb.of(F.KVCacheAllocated, F.KVCacheDtype, role=None) if getattr(f, "dtype", None)),
                    None)
     if printed is not None:
@@ -129,12 +130,19 @@ def kv_dtype(kb):
     if configured is not None and configured.known and str(configured.value) != "auto":
         yield Derived("kv_pool", "dtype", configured.value, "kv-pool.dtype", (configured,), "configured kv_cache_dtype")
         return
+    loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
+    engine = kb.first(F.VllmEngineConfig, role=None)
     model = kb.first(F.ModelConfig, role=None)
-    dtype = (model.fields.get("torch_dtype") or model.fields.get("dtype")) if model is not None else None
-    if dtype:
-        premises = (model,) + ((configured,) if configured is not None else ())
-        yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, "auto: the model's dtype (config.json)")
-    elif model is not None:
+    candidates = [(loaded, loaded.dtype if loaded else None, "the weights' dtype (Load weight end)"),
+                  (engine, engine.fields.get("dtype") if engine else None, "the model dtype (engine config)"),
+                  (model, (model.fields.get("torch_dtype") or model.fields.get("dtype")) if model else None,
+                   "the model's dtype (config.json)")]
+    for fact, dtype, what in candidates:
+        if isinstance(dtype, str) and element_size(dtype) is not None:
+            premises = (fact,) + ((configured,) if configured is not None else ())
+            yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
+            return
+    if model is not None:
         yield Derived("kv_pool", "dtype", Unknown("no KV dtype printed or configured, and config.json names no dtype"),
                       "kv-pool.dtype", (model,))
 

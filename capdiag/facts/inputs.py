@@ -65,3 +65,10 @@ class Policy(Fact):
 
     rules: dict[str, dict[str, Any]]
     fail_on: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class WhatIf(Fact):
+    """`--what-if KEY=VALUE …`: settings to project the start-up under."""
+
+    changes: dict[str, Any]

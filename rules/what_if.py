@@ -1,0 +1,254 @@
+"""What-if projections: the start-up re-sized under changed settings, by each framework's own
+sizing formula — not a proportional guess. What the inputs cannot support is listed as not
+projected, with the reason.
+
+SGLang: rest = free after weights − free before weights × (1 − mem_fraction_static) (both the
+minimum over ranks); tokens = (rest − fixed state) / bytes per token, rounded down to the page.
+vLLM: the KV budget moves with total × gpu_memory_utilization, everything else in the budget
+(weights, activation peak, non-torch, graph estimate) staying as measured; tokens = KV bytes /
+bytes per token.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from capdiag import facts as F
+from capdiag.engine import Derived, rule
+from capdiag.rules._common import gib, is_vllm
+from capdiag.rules.context_exceeds_kv import context_exceeds_kv
+from capdiag.rules.excess_headroom import excess_headroom
+from capdiag.rules.kv_theory import element_size
+from capdiag.rules.thin_headroom import thin_headroom
+
+GIB = 1 << 30
+_FRAMEWORK_KEYS = {"sglang": ("mem_fraction_static", "max_running_requests", "context_len"),
+                   "vllm": ("gpu_memory_utilization", "max_num_seqs", "max_model_len")}
+
+
+def _min_reading(kb, kind, attr) -> tuple[Optional[float], list]:
+    """The smallest reading over ranks (SGLang sizes every pool from the minimum)."""
+    facts = [f for f in kb.of(kind) if getattr(f, attr) is not None]
+    return (min(getattr(f, attr) for f in facts), facts) if facts else (None, [])
+
+
+class _Projection:
+    """Collects the projected figures, their derivation lines and what could not be projected."""
+
+    def __init__(self, changes: dict[str, Any]):
+        self.changes, self.lines, self.not_projected, self.values = changes, [], [], {}
+
+    def note(self, text: str):
+        self.lines.append(text)
+
+    def refuse(self, key: str, why: str):
+        self.not_projected.append({"change": key, "reason": why})
+
+
+def _foreign_keys(p: _Projection, framework: str):
+    other = "vllm" if framework == "sglang" else "sglang"
+    for key in _FRAMEWORK_KEYS[other]:
+        if key in p.changes:
+            p.refuse(key, f"a {other} setting; this log is {framework}'s")
+
+
+def _kv_dtype_factor(kb, p: _Projection) -> Optional[float]:
+    new = p.changes.get("kv_cache_dtype")
+    if new is None:
+        return 1.0
+    current = kb.get("kv_pool", "dtype")
+    model = kb.first(F.ModelConfig, role=None)
+    new_elem = element_size(new) if new != "auto" else \
+        element_size((model.fields.get("torch_dtype") if model else None) or "bf16")
+    old_elem = element_size(current.value) if current is not None and current.known else None
+    if old_elem is None or new_elem is None:
+        p.refuse("kv_cache_dtype", "the current or the new KV element size is unknown")
+        return None
+    p.note(f"kv_cache_dtype {current.value} → {new}: bytes per token × {new_elem}/{old_elem}")
+    return new_elem / old_elem
+
+
+def _tp_change(kb, p: _Projection, cell: float) -> tuple[float, float]:
+    """(weights saved per rank in GiB, new cell) for a TP change; needs config.json."""
+    new_tp = p.changes.get("tp_size")
+    if new_tp is None:
+        return 0.0, cell
+    model = kb.first(F.ModelConfig, role=None)
+    tp = kb.value("config", "tp_size")
+    weights = kb.get("breakdown", "weights")
+    theory = kb.get("kv_pool", "theoretical_bytes_per_token")
+    if model is None or not isinstance(tp, int) or weights is None or not weights.known or theory is None \
+            or not theory.known:
+        p.refuse("tp_size", "needs --config-json, the current tp_size and measured weights")
+        return 0.0, cell
+    cfg = model.fields
+    if theory.detail.get("attention") == "mha":
+        heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * max(1, heads // new_tp)
+    else:
+        new_cell = theory.value  # MLA: every rank holds the latent
+    saved = weights.value - weights.value * tp / new_tp
+    p.note(f"tp_size {tp} → {new_tp}: weights per rank {weights.value} → {weights.value * tp / new_tp:.2f} GiB "
+           f"(sharded evenly; embeddings included), bytes per token {theory.value} → {new_cell:.0f} "
+           "(free memory before weights assumed unchanged)")
+    return saved, new_cell * (cell / theory.value)
+
+
+def _concurrency(kb, p: _Projection, tokens: int, limit_key: str, context_key: str):
+    options = kb.first(F.Options, role=None)
+    lengths = options.token_lengths if options else (4096, 6144, 8192)
+    limit = p.changes.get(limit_key, kb.value("config", "max_running_requests"))
+    p.values["concurrency"] = [{"request_tokens": n, "token_limit": tokens // n, "request_limit": limit,
+                                "max_concurrent": min(tokens // n, limit) if isinstance(limit, int) else tokens // n}
+                               for n in lengths]
+    context = p.changes.get(context_key, kb.value("config", "max_model_len") or kb.value("config", "context_len"))
+    if isinstance(context, int):
+        p.values["full_context_requests"] = tokens // context
+        p.note(f"context {context}: {tokens // context} full-length request(s) fit")
+
+
+def _findings_change(kb, p: _Projection, free_after: Optional[float]):
+    """Which of the headroom / context findings would appear or disappear."""
+    now = {d.rule for d in kb.topic("finding")}
+    then = set(now)
+    if free_after is not None:
+        thin, excess = kb.settings(thin_headroom), kb.settings(excess_headroom)
+        then.discard("thin-headroom"), then.discard("excess-headroom")
+        if free_after < thin["min_free_gib"]:
+            then.add("thin-headroom")
+        if free_after > excess["max_free_gib"]:
+            then.add("excess-headroom")
+    if "full_context_requests" in p.values:
+        then.discard("context-exceeds-kv")
+        if p.values["full_context_requests"] < kb.settings(context_exceeds_kv)["few_requests"]:
+            then.add("context-exceeds-kv")
+    p.values["findings_appear"] = sorted(then - now)
+    p.values["findings_disappear"] = sorted(now - then)
+
+
+@rule("what-if.sglang")
+def sglang(kb):
+    """Projects an SGLang start-up under `--what-if` changes: mem_fraction_static,
+    kv_cache_dtype, page_size, tp_size (with config.json), max_running_requests, context_len.
+    KV pool bytes, token capacity (page-aligned), the concurrency table and the free memory
+    after capture follow from SGLang's formula; CUDA graphs and everything else stay as
+    measured. Hybrid Mamba models (a second, separately sized pool) are not projected."""
+    request = kb.first(F.WhatIf, role=None)
+    if request is None or is_vllm(kb):
+        return
+    p = _Projection(request.changes)
+    _foreign_keys(p, "sglang")
+    pre, pre_facts = _min_reading(kb, F.LoadWeightBegin, "avail_gib")
+    after, after_facts = _min_reading(kb, F.LoadWeightEnd, "avail_gib")
+    profiling = kb.first(F.MemoryProfiling, role=None)
+    if profiling is not None and None not in (profiling.total_gpu_memory_gib, profiling.available_gpu_memory_gib):
+        pre, after, pre_facts, after_facts = (profiling.total_gpu_memory_gib, profiling.available_gpu_memory_gib,
+                                              [profiling], [])
+    fraction = kb.get("config", "mem_fraction_static")
+    tokens = kb.get("kv_pool", "tokens")
+    per_token = kb.get("kv_pool", "bytes_per_token")
+    dsv4 = kb.first(F.DSV4MemoryCalculation, role=None)
+    free_row = kb.get("breakdown", "free")
+    premises = tuple(x for x in (request, fraction, tokens, per_token, free_row, dsv4, *pre_facts[:1],
+                                 *after_facts[:1]) if x is not None)
+    missing = [name for name, v in (("free memory before weights", pre), ("free memory after weights", after),
+                                    ("mem_fraction_static", fraction.value if fraction and fraction.known else None),
+                                    ("the pool's bytes per token", per_token.value if per_token and per_token.known
+                                     else None)) if v is None]
+    if kb.first(F.MambaCacheAllocated, role=None) is not None:
+        missing.append("a projection of the Mamba state pool (hybrid model)")
+    if missing:
+        for key in request.changes:
+            if key not in [n["change"] for n in p.not_projected]:
+                p.refuse(key, "needs " + ", ".join(missing))
+        yield _conclude(p, premises)
+        return
+    f_new = p.changes.get("mem_fraction_static", fraction.value)
+    cell = float(per_token.value)
+    factor = _kv_dtype_factor(kb, p)
+    if factor is not None and factor != 1.0:
+        if dsv4 is not None:
+            p.refuse("kv_cache_dtype", "DeepSeek-V4's bytes_per_full_token mixes fp8 and bf16 parts")
+        else:
+            cell *= factor
+    saved, cell = _tp_change(kb, p, cell)
+    page = p.changes.get("page_size", kb.value("config", "page_size") or 1)
+    fixed = sum(dsv4.fixed_gib.values()) if dsv4 is not None else 0.0
+    rest = after + saved - pre * (1 - f_new)
+    p.note(f"rest = free after weights {after}{f' + {saved:.2f} saved' if saved else ''} − free before weights "
+           f"{pre} × (1 − {f_new}) = {rest:.4f} GiB")
+    if rest - fixed <= 0:
+        p.note("rest ≤ 0: SGLang would refuse to start (Not enough memory; raise the fraction)")
+        new_tokens = 0
+    else:
+        new_tokens = math.floor((rest - fixed) * GIB / cell) // page * page
+        p.note(f"tokens = ⌊({rest:.4f}{f' − fixed {fixed}' if fixed else ''}) GiB × 2^30 / {cell:.2f} B⌋ rounded "
+               f"down to page {page} = {new_tokens}")
+    kv_now = kb.get("breakdown", "kv_cache")
+    kv_new = gib(new_tokens * cell / GIB)
+    p.values.update({"kv_cache_gib": kv_new, "max_total_num_tokens": new_tokens,
+                     "tokens_before": tokens.value if tokens is not None and tokens.known else None})
+    free_after = None
+    if free_row is not None and free_row.known and kv_now is not None and kv_now.known:
+        free_after = gib(free_row.value - (kv_new - kv_now.value) + saved)
+        p.note(f"free after capture = {free_row.value} − (KV {kv_new} − {kv_now.value}){f' + {saved:.2f}' if saved else ''}"
+               f" = {free_after} GiB (graphs unchanged)")
+    p.values["free_after_capture_gib"] = free_after
+    _concurrency(kb, p, new_tokens, "max_running_requests", "context_len")
+    _findings_change(kb, p, free_after)
+    yield _conclude(p, premises)
+
+
+@rule("what-if.vllm")
+def vllm(kb):
+    """Projects a vLLM start-up under `--what-if` changes: gpu_memory_utilization,
+    kv_cache_dtype, tp_size (with config.json), max_num_seqs, max_model_len. The KV budget
+    grows or shrinks by total × Δutilization while weights, activation peak, non-torch memory and
+    the graph estimate stay as measured; tokens = KV bytes / bytes per token, in whole blocks
+    where the block size is stated."""
+    request = kb.first(F.WhatIf, role=None)
+    if request is None or not is_vllm(kb):
+        return
+    p = _Projection(request.changes)
+    _foreign_keys(p, "vllm")
+    total = kb.get("gpu", "total_gib")
+    util = kb.get("config", "gpu_memory_utilization")
+    kv = kb.get("breakdown", "kv_cache")
+    per_token = kb.get("kv_pool", "bytes_per_token")
+    premises = tuple(x for x in (request, total, util, kv, per_token) if x is not None)
+    missing = [name for name, d in (("the GPU total", total), ("gpu_memory_utilization", util),
+                                    ("the available KV memory", kv), ("the pool's bytes per token", per_token))
+               if d is None or not d.known]
+    if missing:
+        for key in request.changes:
+            if key not in [n["change"] for n in p.not_projected]:
+                p.refuse(key, "needs " + ", ".join(missing))
+        yield _conclude(p, premises)
+        return
+    u_new = p.changes.get("gpu_memory_utilization", util.value)
+    cell = float(per_token.value)
+    factor = _kv_dtype_factor(kb, p)
+    cell *= factor or 1.0
+    saved, cell = _tp_change(kb, p, cell)
+    kv_new = kv.value + total.value * (u_new - util.value) + saved
+    p.note(f"KV = {kv.value} + total {total.value} × ({u_new} − {util.value}){f' + {saved:.2f} saved' if saved else ''}"
+           f" = {kv_new:.2f} GiB")
+    block = kb.value("config", "block_size")
+    new_tokens = max(0, math.floor(kv_new * GIB / cell))
+    if isinstance(block, int):
+        new_tokens = new_tokens // block * block
+    p.note(f"tokens = ⌊{kv_new:.2f} GiB × 2^30 / {cell:.0f} B⌋{f' in blocks of {block}' if isinstance(block, int) else ''}"
+           f" = {new_tokens}")
+    if kv_new <= 0:
+        p.note("KV ≤ 0: vLLM would refuse to start (No available memory for the cache blocks)")
+    free_after = gib(total.value * (1 - u_new))
+    p.note(f"outside the budget: total {total.value} × (1 − {u_new}) = {free_after} GiB")
+    p.values.update({"kv_cache_gib": gib(kv_new), "kv_cache_tokens": new_tokens, "free_after_capture_gib": free_after})
+    _concurrency(kb, p, new_tokens, "max_num_seqs", "max_model_len")
+    _findings_change(kb, p, free_after)
+    yield _conclude(p, premises)
+
+
+def _conclude(p: _Projection, premises) -> Derived:
+    value = {"changes": p.changes, **p.values, "not_projected": p.not_projected}
+    return Derived("what_if", None, value, "what-if", premises, "; ".join(p.lines), {"derivation": p.lines})
