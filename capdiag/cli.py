@@ -14,12 +14,16 @@ from capdiag import __version__, ruledocs
 from capdiag.analysis import analyse, read_log
 from capdiag.errors import InputError
 from capdiag.launches import split_launches
-from capdiag.render import FORMATS, render, render_trace
+from capdiag.render import FORMATS, render, render_diff, render_plan, render_trace
 from capdiag import gate
 from capdiag.gate import baseline_document, read_baseline
 from capdiag.gate_render import GATE_FORMATS, render_gate, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
+from capdiag import facts as F
+from capdiag.diffing import diff
+from capdiag.planning import compare_with_log, parse_params, parse_workload, plan, request_from_log
 from capdiag.report import build
+from capdiag.rules.plan import BYTES_PER_WEIGHT
 from capdiag.whatif import KEYS, parse_what_if
 from capdiag.rules import find_rule
 
@@ -147,6 +151,68 @@ def baseline_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_
     document = baseline_document(verdict)
     _write(json.dumps(document, indent=2, ensure_ascii=False) + "\n", output)
     click.echo(f"capdiag: wrote {len(document['entries'])} baseline entries to {output}", err=True)
+
+
+@main.command("plan")
+@click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (shape, parameters).")
+@click.option("--params", help="Parameter count, e.g. 70B (instead of counting from config.json).")
+@click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)), default="bf16", show_default=True)
+@click.option("--kv-dtype", default="bf16", show_default=True, help="KV cache dtype: bf16, fp16, fp8.")
+@click.option("--context", "contexts", type=Lengths(), help="Context lengths for the concurrency table, e.g. 8192,32768.")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Requests at --context (the first one) to size KV for.")
+@click.option("--workload", "workloads", multiple=True, help="A mix CONTEXTxCOUNT, e.g. 8192x16 (repeatable).")
+@click.option("--gpu", help="GPU alias from references/gpu-specs.json.")
+@click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs available (the largest TP tried).")
+@click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel size to plan for (default --gpus or 1).")
+@click.option("--framework", type=click.Choice(("sglang", "vllm")), default="sglang", show_default=True)
+@click.option("--fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="mem_fraction_static / gpu_memory_utilization (default 0.9).")
+@click.option("--headroom", type=click.FloatRange(0, 0.9), default=0.15, show_default=True,
+              help="Share of usable memory kept free (the worksheet's 10–20%).")
+@click.option("--training", type=click.Choice(("full", "lora")), help="Size a fine-tuning run instead of serving.")
+@click.option("--from-log", type=click.Path(dir_okay=False), help="Fill the worksheet from a start-up log and compare.")
+@click.option("--format", "fmt", type=click.Choice(("text", "markdown", "json")), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False))
+def plan_command(config_json, params, weight_dtype, kv_dtype, contexts, concurrency, workloads, gpu, gpu_total_gib, gpus,
+                 tp, framework, fraction, headroom, training, from_log, fmt, output):
+    """The pre-deploy worksheet: will the model fit, at which TP, with how many requests."""
+    analysis = None
+    if from_log:
+        analysis = analyse(from_log, gpu=gpu, gpu_total_gib=gpu_total_gib, config_json=config_json)
+        request = request_from_log(analysis, parse_params(params))
+    else:
+        mixes = tuple(parse_workload(w) for w in workloads)
+        if concurrency:
+            if not contexts:
+                raise InputError("--concurrency needs --context")
+            mixes += ((contexts[0], concurrency),)
+        request = F.PlanRequest(evidence=F.Evidence(F.INPUT_LINE, "capdiag plan", 0, "input"),
+                                params=parse_params(params), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                workloads=mixes, contexts=tuple(contexts or ()), gpus=gpus, tp=tp, framework=framework,
+                                fraction=fraction, headroom=headroom, training=training)
+    if request.params is None and not config_json:
+        raise InputError("give --params or --config-json")
+    report = plan(request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib)
+    if analysis is not None:
+        report["from_log"] = {"path": from_log, "comparison": compare_with_log(report, analysis)}
+    _write(render_plan(report, fmt), output)
+
+
+@main.command("diff")
+@click.argument("before")
+@click.argument("after")
+@click.option("--format", "fmt", type=click.Choice(("text", "markdown", "json")), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False))
+@click.option("--target-rank", help="Rank to compare (as for explain). Default TP0.")
+@click.option("--gpu", help="GPU alias from references/gpu-specs.json (both logs).")
+@click.option("--gpu-total-gib", type=float)
+@click.option("--config-json", type=click.Path(dir_okay=False))
+def diff_command(before, after, fmt, output, target_rank, gpu, gpu_total_gib, config_json):
+    """Compare two start-ups: configuration, memory per category, capacity, findings."""
+    options = {"target_rank": target_rank, "gpu": gpu, "gpu_total_gib": gpu_total_gib, "config_json": config_json}
+    report = diff(analyse(before, **options), analyse(after, **options))
+    _write(render_diff(report, fmt), output)
 
 
 @main.command()

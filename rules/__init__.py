@@ -12,7 +12,7 @@ from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, c
                            overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
                            speculative_draft_memory, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
                            thin_headroom, unexplained_memory, utilization_too_high, vllm_breakdown, vllm_capacity,
-                           vllm_config, weights_theory, what_if)
+                           vllm_config, weights_theory, what_if, plan)
 
 SGLANG = (
     config.config,
@@ -108,3 +108,7 @@ def find_rule(name_or_code: str):
     """A finding rule by slug or code (case-insensitive); None if there is none."""
     wanted = name_or_code.strip().lower()
     return next((r for r in FINDINGS if r.name == wanted or (r.code or "").lower() == wanted), None)
+
+
+PLAN = (gpu.identity, gpu.total, plan.parameters, plan.weights, plan.kv_per_token, plan.usable, plan.buckets,
+        plan.verdict)

@@ -72,3 +72,31 @@ class WhatIf(Fact):
     """`--what-if KEY=VALUE …`: settings to project the start-up under."""
 
     changes: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class PlanRequest(Fact):
+    """`capdiag plan`: a deployment to size before any log exists."""
+
+    params: Optional[float] = None  # parameters, when given as --params (else from config.json)
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    workloads: tuple[tuple[int, int], ...] = ()  # (context tokens, concurrent requests)
+    contexts: tuple[int, ...] = ()
+    gpus: Optional[int] = None
+    tp: Optional[int] = None
+    framework: str = "sglang"
+    fraction: Optional[float] = None
+    headroom: float = 0.15
+    training: Optional[str] = None  # "full" or "lora"
+
+
+@attrs.frozen(kw_only=True)
+class Compared(Fact):
+    """One figure of one of two start-ups being compared (`capdiag diff`): `side` is before or
+    after; the Evidence is the line that figure rests on in that log."""
+
+    side: str
+    topic: str  # "config", "breakdown", "kv_pool", "concurrency", "finding"
+    key: Any
+    value: Any

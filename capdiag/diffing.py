@@ -1,0 +1,71 @@
+"""`capdiag diff BEFORE AFTER`: two analyses → Compared facts → the diff rules → a diff report."""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from capdiag import facts as F
+from capdiag.analysis import Analysis
+from capdiag.engine import Derived, Knowledge, evidence_chain, run
+from capdiag.report import CONFIG_KEYS, evidence
+from capdiag.rules.diff import DIFF_RULES
+
+SCHEMA = "capdiag.diff/1"
+_EXTRA_CONFIG = ("cuda_graph_max_bs", "disable_cuda_graph", "enforce_eager", "max_num_batched_tokens")
+
+
+def _anchor(d: Derived) -> F.Evidence:
+    chain = list(evidence_chain(d))
+    return chain[0].evidence if chain else F.Evidence(F.INPUT_LINE, f"{d.topic}.{d.key}", 0, "input")
+
+
+def compared_facts(side: str, a: Analysis) -> list[F.Compared]:
+    kb = a.knowledge
+    out: list[F.Compared] = []
+
+    def add(topic, key, d: Derived, value=None):
+        if d is not None and d.known:
+            ev = _anchor(d)
+            out.append(F.Compared(evidence=attrs.evolve(ev, source=f"{side} {ev.source}"), side=side, topic=topic,
+                                  key=key, value=d.value if value is None else value))
+
+    for key in CONFIG_KEYS:
+        add("config", key, kb.get("config", key))
+    args = kb.first(F.ServerArgs, role=None)
+    for key in _EXTRA_CONFIG:
+        value = args.fields.get(key) if args is not None else None
+        if isinstance(value, (int, float, str, bool)):
+            out.append(F.Compared(evidence=attrs.evolve(args.evidence, source=f"{side} log"), side=side,
+                                  topic="config", key=key, value=value))
+    add("config", "gpu_total_gib", kb.get("gpu", "total_gib"))
+    begins = kb.of(F.LoadWeightBegin)
+    if begins:
+        least = min(begins, key=lambda f: f.avail_gib)
+        out.append(F.Compared(evidence=attrs.evolve(least.evidence, source=f"{side} log"), side=side, topic="config",
+                              key="free_before_weights_gib", value=least.avail_gib))
+    for d in kb.topic("breakdown"):
+        add("breakdown", d.key, d)
+    for key in ("tokens", "bytes_per_token"):
+        add("kv_pool", key, kb.get("kv_pool", key))
+    for d in kb.topic("concurrency"):
+        add("concurrency", d.key, d)
+    for d in kb.topic("finding"):
+        out.append(F.Compared(evidence=attrs.evolve(_anchor(d), source=f"{side} {_anchor(d).source}"), side=side,
+                              topic="finding", key=d.rule, value=d.title))
+    return out
+
+
+def diff(before: Analysis, after: Analysis) -> dict[str, Any]:
+    kb = Knowledge(tuple(compared_facts("before", before) + compared_facts("after", after)))
+    run(DIFF_RULES, kb)
+
+    def rows(topic):
+        return [{"key": d.key, **d.value, "derivation": d.formula, "evidence": evidence(d)}
+                for d in kb.topic(topic)]
+
+    return {"schema": SCHEMA,
+            "before": {"path": before.path, "framework": before.framework, "launch": before.launch.index},
+            "after": {"path": after.path, "framework": after.framework, "launch": after.launch.index},
+            "config": rows("diff_config"), "memory": rows("diff_memory"), "kv_pool": rows("diff_kv_pool"),
+            "concurrency": rows("diff_concurrency"), "findings": rows("diff_finding")}

@@ -1,0 +1,95 @@
+"""`capdiag diff`: what changed between two start-ups, and which configuration change most
+plausibly explains each memory change.
+
+Each memory category is explained by the first configuration key, in the order below, that
+changed between the two logs; with none changed, the change is attributed to what the
+configuration does not show (software version, driver, other processes on the GPU). A value
+stated in only one of the logs is listed as a difference but explains nothing.
+"""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Derived, rule
+
+# memory category -> configuration keys that size it, most direct first
+EXPLAINERS = {
+    "weights": ("model", "quantization", "tp_size", "pp_size", "ep_size", "framework_version"),
+    "kv_cache": ("mem_fraction_static", "gpu_memory_utilization", "gpu_total_gib", "free_before_weights_gib",
+                 "kv_cache_dtype", "tp_size", "pp_size", "dp_size", "page_size", "block_size", "model", "quantization",
+                 "framework_version"),
+    "cuda_graph": ("cuda_graph_max_bs", "disable_cuda_graph", "enforce_eager", "max_running_requests", "tp_size",
+                   "framework_version"),
+    "framework": ("gpu_total_gib", "free_before_weights_gib", "tp_size", "pp_size", "dp_size", "framework_version"),
+    "activation": ("max_running_requests", "max_num_batched_tokens", "max_model_len", "framework_version"),
+    "free": ("mem_fraction_static", "gpu_memory_utilization", "gpu_total_gib", "free_before_weights_gib",
+             "cuda_graph_max_bs", "framework_version"),
+    "mamba_state": ("mem_fraction_static", "max_running_requests", "framework_version"),
+}
+MIN_CHANGE_GIB = 0.05  # smaller differences are the printed rounding
+
+
+def _sides(kb, topic):
+    out: dict = {}
+    for f in kb.of(F.Compared, role=None):
+        if f.topic == topic:
+            out.setdefault(f.key, {})[f.side] = f
+    return out
+
+
+@rule("diff.config")
+def config_changes(kb):
+    """Every configuration value that differs between the two start-ups (stated in either)."""
+    for key, sides in sorted(_sides(kb, "config").items()):
+        before, after = sides.get("before"), sides.get("after")
+        values = (before.value if before else None, after.value if after else None)
+        if values[0] != values[1]:
+            yield Derived("diff_config", key, {"before": values[0], "after": values[1]}, "diff.config",
+                          tuple(x for x in (before, after) if x), f"{key}: {values[0]} → {values[1]}")
+
+
+@rule("diff.memory")
+def memory_changes(kb):
+    """Each memory category's change on the target rank (GiB), with the configuration change
+    that most plausibly explains it."""
+    # only a value stated in both logs can explain a change (unstated is not changed)
+    changed = {d.key: d for d in kb.topic("diff_config") if None not in (d.value["before"], d.value["after"])}
+    for category, sides in sorted(_sides(kb, "breakdown").items()):
+        before, after = sides.get("before"), sides.get("after")
+        if before is None or after is None or None in (before.value, after.value):
+            continue
+        delta = round(after.value - before.value, 2)
+        if abs(delta) < MIN_CHANGE_GIB:
+            continue
+        cause = next((changed[k] for k in EXPLAINERS.get(category, ()) if k in changed), None)
+        why = (f"most plausibly {cause.formula}" if cause else
+               "no configuration change in the logs explains it: a software version, driver or another process")
+        yield Derived("diff_memory", category, {"before": before.value, "after": after.value, "delta": delta,
+                                                "explained_by": cause.key if cause else None},
+                      "diff.memory", tuple(x for x in (before, after, cause) if x),
+                      f"{category} {before.value} → {after.value} GiB ({delta:+.2f}): {why}")
+
+
+@rule("diff.capacity")
+def capacity_changes(kb):
+    """Token capacity and concurrency per request length, before and after."""
+    for topic in ("kv_pool", "concurrency"):
+        for key, sides in sorted(_sides(kb, topic).items(), key=lambda kv: str(kv[0])):
+            before, after = sides.get("before"), sides.get("after")
+            values = (before.value if before else None, after.value if after else None)
+            if values[0] != values[1]:
+                yield Derived(f"diff_{topic}", key, {"before": values[0], "after": values[1]}, "diff.capacity",
+                              tuple(x for x in (before, after) if x), f"{topic} {key}: {values[0]} → {values[1]}")
+
+
+@rule("diff.findings")
+def finding_changes(kb):
+    """Findings that appeared or went away."""
+    for name, sides in sorted(_sides(kb, "finding").items()):
+        if len(sides) == 1:
+            side, fact = next(iter(sides.items()))
+            status = "appeared" if side == "after" else "went away"
+            yield Derived("diff_finding", name, {"status": status, "title": fact.value}, "diff.findings", (fact,),
+                          f"{name} {status}: {fact.value}")
+
+
+DIFF_RULES = (config_changes, memory_changes, capacity_changes, finding_changes)

@@ -1,0 +1,215 @@
+"""The pre-deploy worksheet (`capdiag plan`): will this model fit, on which GPUs, with how many
+concurrent requests — before any log exists. Every bucket is per GPU and says how it was
+computed; the estimates (activation, framework reserve) say they are estimates.
+
+    weights      = parameters × bytes per weight / 2^30, ÷ TP per GPU
+    KV per token = layers × KV heads × head_dim × 2 (K and V) × bytes, per rank max(1, heads // TP)
+    KV cache     = Σ workload tokens × KV per token per rank
+    activation   = estimate: 1 GiB + 8192 prefill tokens × hidden × 2 B × 10 (intermediate buffers)
+    framework    = estimate: 1 GiB CUDA context and allocator, + 0.5 GiB NCCL when TP > 1
+    headroom     = the requested share (default 15%) of usable memory
+    usable       = the GPU's measured total (references, --gpu-total-gib) × the static fraction
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from capdiag import facts as F
+from capdiag.engine import Derived, Unknown, rule
+from capdiag.rules.kv_theory import attention_layers, element_size
+from capdiag.rules.weights_theory import parameter_count
+
+GIB = 1 << 30
+BYTES_PER_WEIGHT = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5}
+# mixed-precision AdamW: 18 B per parameter in all (bf16 weights 2, fp32 gradients 4, fp32 master weights 4,
+# two fp32 moments 8); the weights bucket holds the first 2 B, the training state the other 16
+TRAINING_BYTES = {"full": 18}
+LORA_TRAINABLE = 0.01  # LoRA adapters hold about 1% of the parameters (rank-16 style)
+PREFILL_TOKENS = 8192
+TP_CHOICES = (1, 2, 4, 8, 16, 32)
+
+
+def _bucket(name, gib, premises, formula, estimate=False):
+    return Derived("plan", name, round(gib, 2) if isinstance(gib, (int, float)) else gib, f"plan.{name}",
+                   tuple(p for p in premises if p is not None), formula, {"estimate": estimate})
+
+
+def _request(kb) -> Optional[F.PlanRequest]:
+    return kb.first(F.PlanRequest, role=None)
+
+
+def _tp(req: F.PlanRequest) -> int:
+    return req.tp or req.gpus or 1
+
+
+@rule("plan.parameters")
+def parameters(kb):
+    """Parameters: `--params` (e.g. 70B), else counted from config.json."""
+    req, model = _request(kb), kb.first(F.ModelConfig, role=None)
+    if req is None:
+        return
+    if req.params:
+        yield Derived("plan", "parameters", req.params, "plan.parameters", (req,), f"--params {req.params / 1e9:g}B")
+    elif model is not None:
+        count, how = parameter_count(model.fields)
+        yield Derived("plan", "parameters", count if count else Unknown(how), "plan.parameters", (model,),
+                      f"counted from config.json: {how}" if count else "")
+    else:
+        yield Derived("plan", "parameters", Unknown("give --params or --config-json"), "plan.parameters", (req,))
+
+
+@rule("plan.weights")
+def weights(kb):
+    """Weights per GPU: parameters × bytes per weight (bf16/fp16 2, fp8/int8 1, int4 0.5 plus its
+    quantization scales, not counted) / 2^30, split over TP."""
+    req, params = _request(kb), kb.get("plan", "parameters")
+    if req is None or params is None:
+        return
+    per = BYTES_PER_WEIGHT.get(req.weight_dtype.lower())
+    if not params.known or per is None:
+        yield _bucket("weights", Unknown(params.value.reason if not params.known else
+                                         f"unknown weight dtype {req.weight_dtype!r}"), (req, params), "")
+        return
+    total = params.value * per / GIB
+    note = " (+ int4 quantization scales, not counted)" if per == 0.5 else ""
+    yield _bucket("weights", total / _tp(req), (req, params),
+                  f"{params.value / 1e9:g} B × {per:g} B = {total:.1f} GiB{note}; ÷ TP {_tp(req)}")
+
+
+@rule("plan.kv-per-token")
+def kv_per_token(kb):
+    """KV bytes per token per GPU from config.json: full-attention layers × KV heads on the rank
+    (max(1, heads // TP)) × head_dim × 2 × bytes of the KV dtype; MLA: (kv_lora_rank +
+    qk_rope_head_dim) × layers × bytes on every rank."""
+    req, model = _request(kb), kb.first(F.ModelConfig, role=None)
+    if req is None:
+        return
+    elem = element_size(req.kv_dtype)
+    if model is None or elem is None:
+        yield Derived("plan", "kv_per_token", Unknown("needs --config-json for the KV shape" if model is None
+                                                      else f"unknown KV dtype {req.kv_dtype!r}"), "plan.kv-per-token",
+                      (req,))
+        return
+    cfg = model.fields
+    layers, _ = attention_layers(cfg)
+    if cfg.get("kv_lora_rank"):
+        value = (cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0)) * layers * elem
+        formula = f"MLA ({cfg['kv_lora_rank']} + {cfg.get('qk_rope_head_dim', 0)}) × {layers} layers × {elem} B"
+    else:
+        heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        per_rank = max(1, heads // _tp(req))
+        value = layers * per_rank * head_dim * 2 * elem
+        formula = f"{layers} layers × {per_rank} KV heads × {head_dim} × 2 × {elem} B"
+    yield Derived("plan", "kv_per_token", value, "plan.kv-per-token", (req, model),
+                  f"{formula} = {value:,} B ({value / (1 << 20):.4f} MiB) per token per GPU")
+
+
+@rule("plan.usable")
+def usable(kb):
+    """Usable memory per GPU: the measured total (`--gpu-total-gib`, else the reference's
+    nvidia-smi total for `--gpu`) × the framework's static fraction (SGLang mem_fraction_static,
+    vLLM gpu_memory_utilization; default 0.9)."""
+    req, total = _request(kb), kb.get("gpu", "total_gib")
+    if req is None or total is None:
+        return
+    if not total.known:
+        yield Derived("plan", "usable", Unknown(total.value.reason), "plan.usable", (total,))
+        return
+    fraction = req.fraction if req.fraction is not None else 0.9
+    yield Derived("plan", "usable", round(total.value * fraction, 2), "plan.usable", (req, total),
+                  f"GPU total {total.value} GiB ({total.formula}) × fraction {fraction}"
+                  + ("" if req.fraction is not None else " (default; give --fraction)"))
+
+
+@rule("plan.buckets")
+def buckets(kb):
+    """The remaining buckets per GPU: KV cache for the workload, activation and framework
+    estimates, and headroom (a share of usable memory); with `--training`, the optimizer state."""
+    req, model = _request(kb), kb.first(F.ModelConfig, role=None)
+    per_token, usable_d = kb.get("plan", "kv_per_token"), kb.get("plan", "usable")
+    if req is None or per_token is None or usable_d is None:
+        return
+    tokens = sum(ctx * count for ctx, count in req.workloads)
+    if req.workloads:
+        if per_token.known:
+            yield _bucket("kv_cache", tokens * per_token.value / GIB, (req, per_token),
+                          " + ".join(f"{count} × {ctx:,}" for ctx, count in req.workloads)
+                          + f" = {tokens:,} tokens × {per_token.value:,} B")
+        else:
+            yield _bucket("kv_cache", Unknown(per_token.value.reason), (req, per_token), "")
+    hidden = model.fields.get("hidden_size") if model is not None else None
+    act = 1.0 + (PREFILL_TOKENS * hidden * 2 * 10 / GIB if hidden else 1.0)
+    yield _bucket("activation", act, (req, model),
+                  f"estimate: 1 GiB + {PREFILL_TOKENS} prefill tokens × hidden {hidden} × 2 B × 10" if hidden
+                  else "estimate: 2 GiB (no hidden size known)", estimate=True)
+    yield _bucket("framework", 1.0 + (0.5 if _tp(req) > 1 else 0.0), (req,),
+                  "estimate: 1 GiB CUDA context and allocator" + (" + 0.5 GiB NCCL" if _tp(req) > 1 else ""),
+                  estimate=True)
+    if usable_d.known:
+        yield _bucket("headroom", usable_d.value * req.headroom, (req, usable_d),
+                      f"{req.headroom:.0%} of usable {usable_d.value} GiB")
+    params = kb.get("plan", "parameters")
+    if req.training and params is not None and params.known:
+        per_weight = BYTES_PER_WEIGHT.get(req.weight_dtype.lower(), 2)
+        if req.training == "full":
+            state = params.value * (TRAINING_BYTES["full"] - per_weight) / GIB
+            formula = (f"{params.value / 1e9:g} B × {TRAINING_BYTES['full'] - per_weight:g} B (fp32 gradients, master "
+                       f"weights and two Adam moments; with the weights, {TRAINING_BYTES['full']} B per parameter = "
+                       f"{params.value * TRAINING_BYTES['full'] / GIB:,.1f} GiB in all)")
+        else:
+            state = params.value * LORA_TRAINABLE * TRAINING_BYTES["full"] / GIB
+            formula = (f"LoRA adapters ≈ {LORA_TRAINABLE:.0%} of {params.value / 1e9:g} B parameters × "
+                       f"{TRAINING_BYTES['full']} B (frozen weights are in the weights bucket)")
+        yield _bucket("training_state", state / _tp(req), (req, params),
+                      f"{formula}; ÷ {_tp(req)} GPUs (sharded); activations depend on batch and sequence length and "
+                      "are not included")
+
+
+@rule("plan.verdict")
+def verdict(kb):
+    """Fits / fits at TP=N / does not fit: the per-GPU buckets against usable memory; the
+    smallest TP (1, 2, 4, … up to the GPUs given) that fits; and the most concurrent requests at
+    each context that the memory left after weights, activation, framework and headroom holds."""
+    req = _request(kb)
+    usable_d, per_token, weights_d = kb.get("plan", "usable"), kb.get("plan", "kv_per_token"), \
+        kb.get("plan", "weights")
+    if req is None or usable_d is None or weights_d is None or per_token is None:
+        return
+    rows = [d for d in kb.topic("plan") if d.key in ("weights", "kv_cache", "activation", "framework", "headroom",
+                                                      "training_state")]
+    if not usable_d.known or any(not d.known for d in rows):
+        missing = [d.key for d in rows if not d.known] + ([] if usable_d.known else ["usable"])
+        yield Derived("plan", "verdict", Unknown("cannot size: " + ", ".join(missing) + " unknown"), "plan.verdict",
+                      tuple(rows) + (usable_d,))
+        return
+    tp = _tp(req)
+    need = sum(d.value for d in rows)
+    fixed = need - weights_d.value - sum(d.value for d in rows if d.key in ("kv_cache", "training_state"))
+    limit = req.gpus or max(TP_CHOICES)
+    min_tp = None
+    for candidate in (t for t in TP_CHOICES if t <= limit):
+        weights_c = weights_d.value * tp / candidate
+        state = sum(d.value for d in rows if d.key == "training_state") * tp / candidate
+        kv_c = sum(d.value for d in rows if d.key == "kv_cache") * (tp / candidate if per_token.known and
+                                                                        kb.first(F.ModelConfig, role=None) else 1)
+        if weights_c + state + kv_c + fixed <= usable_d.value:
+            min_tp = candidate
+            break
+    status = "fits" if need <= usable_d.value else (f"fits at TP={min_tp}" if min_tp else "does not fit")
+    at = tp if need <= usable_d.value else (min_tp or tp)
+    state = sum(d.value for d in rows if d.key == "training_state") * tp / at
+    left = usable_d.value - weights_d.value * tp / at - fixed - state
+    cell = per_token.value * tp / at if per_token.known else None  # KV heads per rank shrink with TP (approx.)
+    concurrency = []
+    if cell and not req.training:
+        for ctx in sorted(set(req.contexts) | {c for c, _ in req.workloads}):
+            concurrency.append({"context": ctx, "requests": max(0, math.floor(left * GIB / (ctx * cell)))})
+    yield Derived("plan", "verdict", {"verdict": status, "min_tp": min_tp, "need_gib": round(need, 2),
+                                      "max_concurrency": concurrency, "at_tp": at}, "plan.verdict",
+                  tuple(rows) + (usable_d,),
+                  f"need {need:.2f} GiB per GPU at TP {tp} vs usable {usable_d.value} GiB: {status}"
+                  + (f"; smallest TP that fits: {min_tp}" if min_tp else "")
+                  + (f"; at TP {at}, {left:.2f} GiB per GPU is left for KV after weights and reserves" if left > 0
+                     else ""))
