@@ -1,5 +1,5 @@
-"""Report → text, markdown or JSON. Wording lives in the Jinja templates; this module only
-chooses the template and supplies formatting filters."""
+"""Report → text, markdown, JSON or HTML. Wording lives in the Jinja templates; this module only
+chooses the template and supplies formatting filters, and the pictures' numbers (capdiag.bars)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,9 @@ from typing import Any
 
 import jinja2
 
-FORMATS = ("text", "markdown", "json")
+from capdiag import bars
+
+FORMATS = ("text", "markdown", "json", "html")
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -33,19 +35,27 @@ def _md(text: Any) -> str:
     return s.replace("\n", " ")
 
 
+def _autoescape(name: Any) -> bool:
+    """HTML templates (html.j2, html_*.j2) escape everything they print; the others print text."""
+    return isinstance(name, str) and name.startswith("html")
+
+
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("capdiag", "templates"), autoescape=False,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("capdiag", "templates"), autoescape=_autoescape,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    env.filters.update(num=_num, clip=_clip, md=_md)
+    env.filters.update(num=_num, clip=_clip, md=_md, line_anchor=bars.line_anchor)
+    env.globals.update(text_bars=bars.text_bars, html_view=bars.html_view)
     return env
 
 
-def render(report: dict[str, Any], fmt: str) -> str:
+def render(report: dict[str, Any], fmt: str, color: bool = False) -> str:
+    """The report in `fmt`; `color` paints the text report's bars with ANSI colours (the CLI
+    asks for it only when stdout is a terminal and NO_COLOR is unset)."""
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    return _env().get_template(f"{fmt}.j2").render(r=report)
+    return _env().get_template(f"{fmt}.j2").render(r=report, color=color)
 
 
 def render_trace(firings) -> str:
@@ -53,3 +63,15 @@ def render_trace(firings) -> str:
     from capdiag.report import trace_rows
 
     return _env().get_template("trace.j2").render(rows=trace_rows(firings))
+
+
+def render_plan(report: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    return _env().get_template("plan.md.j2" if fmt == "markdown" else "plan.txt.j2").render(p=report)
+
+
+def render_diff(report: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    return _env().get_template("diff.md.j2" if fmt == "markdown" else "diff.txt.j2").render(d=report)

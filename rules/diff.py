@@ -15,8 +15,7 @@ from capdiag.engine import Derived, rule
 EXPLAINERS = {
     "weights": ("model", "quantization", "tp_size", "pp_size", "ep_size", "framework_version"),
     "kv_cache": ("mem_fraction_static", "gpu_memory_utilization", "gpu_total_gib", "free_before_weights_gib",
-                 "kv_cache_dtype", "tp_size", "pp_size", "dp_size", "page_size", "block_size", "model", "quantization",
-                 "framework_version"),
+                 "kv_cache_dtype", "tp_size", "pp_size", "dp_size", "page_size", "block_size", "framework_version"),
     "cuda_graph": ("cuda_graph_max_bs", "disable_cuda_graph", "enforce_eager", "max_running_requests", "tp_size",
                    "framework_version"),
     "framework": ("gpu_total_gib", "free_before_weights_gib", "tp_size", "pp_size", "dp_size", "framework_version"),
@@ -62,7 +61,8 @@ def memory_changes(kb):
             continue
         cause = next((changed[k] for k in EXPLAINERS.get(category, ()) if k in changed), None)
         why = (f"most plausibly {cause.formula}" if cause else
-               "no configuration change in the logs explains it: a software version, driver or another process")
+               "no configuration change stated in both logs explains it: a different GPU, software version, driver "
+               "or another process")
         yield Derived("diff_memory", category, {"before": before.value, "after": after.value, "delta": delta,
                                                 "explained_by": cause.key if cause else None},
                       "diff.memory", tuple(x for x in (before, after, cause) if x),

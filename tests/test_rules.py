@@ -530,7 +530,7 @@ def test_speculative_second_weight_load_is_not_a_restart(name):
 
 # ---- every fixture -------------------------------------------------------------------------------
 
-FIXTURES = sorted(p.name for p in FIXTURE_DIR.glob("*.log"))
+FIXTURES = sorted(p.name for p in FIXTURE_DIR.glob("*.log") if not p.name.startswith("vllm_"))  # SGLang fixtures
 
 
 @pytest.mark.parametrize("name", FIXTURES)
