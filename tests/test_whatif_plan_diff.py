@@ -1,0 +1,197 @@
+"""What-if projections, the planning worksheet and diffs of two start-ups."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from capdiag import facts as F
+from capdiag.analysis import analyse
+from capdiag.diffing import diff
+from capdiag.errors import InputError
+from capdiag.planning import parse_params, parse_workload, plan
+from capdiag.report import build
+from capdiag.whatif import parse_what_if
+from helpers import SGLANG_CORPUS, SHARED, fixture, needs_shared
+from test_cli import run_entry
+
+CONFIGS = Path(__file__).resolve().parent / "plan_configs"
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "capdiag" / "examples" / "sglang-llama31-8b-h100.log")
+VLLM_CORPUS = SHARED / "corpus" / "vllm"
+
+
+def corpus(name: str, folder=SGLANG_CORPUS) -> str:
+    return str(next(folder.glob(f"{name}-*.log")))
+
+
+def what_if(path: str, *changes: str, **options) -> dict:
+    return build(analyse(path, what_if=parse_what_if(changes), **options))["what_if"]
+
+
+# ---- what-if: SGLang ------------------------------------------------------------------------
+
+@needs_shared
+def test_012_projected_to_088_lands_on_030_within_one_page():
+    """012 and 030 are one DeepSeek-V4-Flash deployment at fraction 0.60 and 0.88. SGLang's
+    formula on 012's printed figures: rest = 57.01 − 93.58 × (1 − 0.88) = 45.7804 GiB (030 prints
+    available_bytes=45.78); tokens = ⌊45.7804 × 2^30 / 15955.85⌋ = 3,080,771, down to the 256-token
+    page: 3,080,704. 030 prints 3,080,960: one page (256 tokens, 0.008 %) apart — the printed
+    figures are rounded to two decimals."""
+    projected = what_if(corpus("012"), "mem_fraction_static=0.88")
+    actual = build(analyse(corpus("030")))["observed"]["max_total_num_tokens"]
+    assert projected["kv_cache_gib"] == 45.78
+    assert projected["max_total_num_tokens"] == 3080704 and actual == 3080960
+    assert abs(projected["max_total_num_tokens"] - actual) <= 256  # within page rounding
+    assert projected["free_after_capture_gib"] == 8.08  # 030 prints 8.16 after capture
+    assert projected["not_projected"] == []
+    assert projected["derivation"][0] == "rest = free after weights 57.01 − free before weights 93.58 × (1 − 0.88) = 45.7804 GiB"
+
+
+def test_sglang_mem_fraction_and_page_and_requests_on_the_example():
+    # example: free before weights 78.43, after 63.44; bytes/token 131087 (50.74 GiB / 415615 tokens)
+    p = what_if(EXAMPLE, "mem_fraction_static=0.80", "page_size=64", "max_running_requests=64")
+    rest = 63.44 - 78.43 * (1 - 0.80)  # 47.754 GiB
+    tokens = int(rest * (1 << 30) // 131087) // 64 * 64
+    assert p["max_total_num_tokens"] == tokens
+    assert p["concurrency"][0] == {"request_tokens": 4096, "token_limit": tokens // 4096, "request_limit": 64,
+                                   "max_concurrent": 64}
+    assert p["free_after_capture_gib"] == round(11.94 - (p["kv_cache_gib"] - 50.74), 2)
+
+
+def test_sglang_kv_dtype_halves_bytes_per_token():
+    p = what_if(EXAMPLE, "kv_cache_dtype=fp8_e4m3", config_json=str(CONFIGS / "llama-3.1-8b.json"))
+    rest = 63.44 - 78.43 * (1 - 0.838)
+    assert p["max_total_num_tokens"] == int(rest * (1 << 30) // (131087 / 2))
+    assert any("× 1/2" in line for line in p["derivation"])
+
+
+def test_sglang_tp_change_needs_config_json():
+    assert what_if(EXAMPLE, "tp_size=2")["not_projected"] == [
+        {"change": "tp_size", "reason": "needs --config-json, the current tp_size and measured weights"}]
+    p = what_if(EXAMPLE, "tp_size=2", config_json=str(CONFIGS / "llama-3.1-8b.json"))
+    assert p["not_projected"] == [] and p["max_total_num_tokens"] > 415615
+    assert any("tp_size 1 → 2" in line for line in p["derivation"])
+
+
+def test_foreign_key_and_unknown_fraction_are_not_projected():
+    p = what_if(fixture("mfs_unstated_elided.log"), "mem_fraction_static=0.9", "gpu_memory_utilization=0.9")
+    changes = {n["change"]: n["reason"] for n in p["not_projected"]}
+    assert changes["gpu_memory_utilization"] == "a vllm setting; this log is sglang's"
+    assert "mem_fraction_static" in changes["mem_fraction_static"]  # the fraction is not stated: nothing assumed
+
+
+@pytest.mark.parametrize("item, message", [("nope=1", "use KEY=VALUE"), ("mem_fraction_static=2", "between 0 and 1"),
+                                           ("tp_size=two", "takes int"), ("page_size=0", "positive")])
+def test_bad_what_if_is_an_input_error(item, message):
+    with pytest.raises(InputError, match=message):
+        parse_what_if((item,))
+
+
+# ---- what-if: vLLM --------------------------------------------------------------------------
+
+@needs_shared
+def test_vllm_utilization_and_dtype():
+    # 004: L4, total 22.49 GiB (reference), util 0.92, available KV 4.75 GiB, 38944 tokens
+    p = what_if(corpus("004", VLLM_CORPUS), "gpu_memory_utilization=0.95", "kv_cache_dtype=fp8", "max_num_seqs=8",
+                gpu="l4")
+    kv = 4.75 + 22.49 * (0.95 - 0.92)
+    cell = round(4.75 * (1 << 30) / 38944) / 2
+    assert p["kv_cache_gib"] == round(kv, 2) and p["kv_cache_tokens"] == int(kv * (1 << 30) // cell)
+    assert p["free_after_capture_gib"] == round(22.49 * 0.05, 2)
+    assert all(row["request_limit"] == 8 for row in p["concurrency"])
+    assert "context-exceeds-kv" in p["findings_disappear"]
+
+
+@needs_shared
+def test_vllm_without_a_total_is_not_projected():
+    p = what_if(corpus("004", VLLM_CORPUS), "gpu_memory_utilization=0.95")
+    assert p["not_projected"] == [{"change": "gpu_memory_utilization", "reason": "needs the GPU total"}]
+
+
+# ---- plan: the worksheet's published figures -------------------------------------------------
+
+def request(**kw) -> F.PlanRequest:
+    return F.PlanRequest(evidence=F.Evidence(0, "test", 0, "input"), **kw)
+
+
+@pytest.mark.parametrize("params, gib", [("7B", 13.04), ("70B", 130.39), ("405B", 754.37)])
+def test_weights_figures(params, gib):
+    report = plan(request(params=parse_params(params)), gpu="h100_sxm")
+    assert report["totals"]["weights_gib"] == gib  # params × 2 B / 2^30: ≈13.0, 130.4, 754.4 GiB
+
+
+def test_llama_70b_kv_per_token_and_16_by_8k():
+    report = plan(request(params=70e9, workloads=(parse_workload("8192x16"),), tp=1),
+                  config_json=str(CONFIGS / "llama-3.1-70b.json"), gpu="h100_sxm")
+    assert report["kv_bytes_per_token"] == 327680  # 80 layers × 8 heads × 128 × 2 × 2 B = 0.3125 MiB
+    assert report["kv_bytes_per_token"] / (1 << 20) == 0.3125
+    assert report["totals"]["kv_cache_gib"] == 40.0  # 16 × 8192 × 327680 B = 40 GiB
+
+
+def test_70b_full_fine_tuning():
+    report = plan(request(params=70e9, training="full", gpus=16, tp=16), gpu="h100_sxm")
+    assert report["totals"]["training_gib"] == 1173.47  # 70e9 × 18 B / 2^30 ≈ 1,173 GiB
+    state = next(b for b in report["buckets"] if b["bucket"] == "training_state")
+    assert state["gib"] == round(70e9 * 16 / (1 << 30) / 16, 2)  # 16 B beyond the 2-B weights, over 16 GPUs
+
+
+def test_verdict_and_smallest_tp():
+    report = plan(request(params=70e9, workloads=((8192, 16),), tp=2, gpus=8),
+                  config_json=str(CONFIGS / "llama-3.1-70b.json"), gpu="h100_sxm")
+    assert report["verdict"] == "fits at TP=4" and report["min_tp"] == 4
+    assert report["usable_gib_per_gpu"] == 71.69  # 81559 MiB / 1024 × 0.9
+    names = [b["bucket"] for b in report["buckets"]]
+    assert names == ["weights", "kv_cache", "activation", "framework", "headroom"]
+    assert [b["estimate"] for b in report["buckets"]] == [False, False, True, True, False]
+    assert report["concurrency_at_tp"] == 4 and report["max_concurrency"][0]["context"] == 8192
+
+
+def test_plan_cli_json_and_from_log(monkeypatch, capsys):
+    code, out, _ = run_entry(monkeypatch, capsys, "plan", "--params", "7B", "--gpu", "h100_sxm", "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["verdict"] == "fits" and doc["min_tp"] == 1
+    assert {b["bucket"] for b in doc["buckets"]} >= {"weights", "activation", "framework", "headroom"}
+    code, out, _ = run_entry(monkeypatch, capsys, "plan", "--from-log", EXAMPLE, "--config-json",
+                             str(CONFIGS / "llama-3.1-8b.json"), "--gpu", "h100_sxm", "--format", "json")
+    rows = {r["quantity"]: r for r in json.loads(out)["from_log"]["comparison"]}
+    assert rows["weights per GPU"]["predicted"] == 14.96 and rows["weights per GPU"]["measured"] == 14.99
+    assert rows["weights per GPU"]["error_percent"] == -0.2
+    assert rows["KV bytes per token per GPU"]["predicted"] == 131072
+    assert rows["CUDA graphs"]["predicted"] is None and rows["CUDA graphs"]["measured"] == 0.58
+
+
+def test_plan_needs_params_or_config(monkeypatch, capsys):
+    code, _, err = run_entry(monkeypatch, capsys, "plan", "--gpu", "h100_sxm")
+    assert code == 2 and err.startswith("capdiag: error: give --params or --config-json")
+
+
+# ---- diff -----------------------------------------------------------------------------------
+
+@needs_shared
+def test_diff_012_030():
+    d = diff(analyse(corpus("012"), gpu="h20"), analyse(corpus("030"), gpu="h20"))
+    config = {c["key"]: (c["before"], c["after"]) for c in d["config"]}
+    assert config["mem_fraction_static"] == (0.6, 0.88) and config["kv_cache_dtype"] == ("fp8_e4m3", "bf16")
+    memory = {m["key"]: m for m in d["memory"]}
+    assert memory["kv_cache"]["before"] == 19.58 and memory["kv_cache"]["after"] == 45.78
+    assert memory["kv_cache"]["delta"] == 26.2 and memory["kv_cache"]["explained_by"] == "mem_fraction_static"
+    assert {k["key"]: (k["before"], k["after"]) for k in d["kv_pool"]}["tokens"] == (1317632, 3080960)
+    assert any(e["where"].startswith("after log line") for e in memory["kv_cache"]["evidence"])
+
+
+@needs_shared
+def test_diff_two_vllm_logs_cli(monkeypatch, capsys):
+    code, out, _ = run_entry(monkeypatch, capsys, "diff", corpus("004", VLLM_CORPUS), corpus("009", VLLM_CORPUS),
+                             "--format", "json")
+    d = json.loads(out)
+    assert code == 0 and d["before"]["framework"] == d["after"]["framework"] == "vllm"
+    config = {c["key"]: (c["before"], c["after"]) for c in d["config"]}
+    assert config["framework_version"] == ("0.11.0", "0.11.2") and config["max_model_len"] == (32000, 1024)
+    kv = next(m for m in d["memory"] if m["key"] == "kv_cache")
+    # utilization is stated only before: a difference, not an explanation; the version is stated in both
+    assert config["gpu_memory_utilization"] == (0.92, None)
+    assert kv["explained_by"] == "framework_version" and "framework_version: 0.11.0 → 0.11.2" in kv["derivation"]
+    code, out, _ = run_entry(monkeypatch, capsys, "diff", corpus("004", VLLM_CORPUS), corpus("009", VLLM_CORPUS),
+                             "--format", "markdown")
+    assert code == 0 and out.startswith("# capdiag diff") and "| kv_cache | 4.75 | 105.97 |" in out
