@@ -101,7 +101,7 @@ def rank_parts(rank: dict[str, Any], total: Optional[float], scale: Optional[flo
             if scale > 0 else 0.0
         s["negative"] = s["gib"] < 0
     return {"label": rank.get("label"), "target": bool(rank.get("target")), "binding": bool(rank.get("binding")),
-            "segments": segments, "against": against, "scale_gib": _round(scale), "stated_gib": _round(stated),
+            "segments": segments, "against": against, "scale_gib": _round(scale), "scale": scale, "stated_gib": _round(stated),
             "over_total": bool(total) and stated > total + EPSILON_GIB, "empty": stated <= 0,
             "used_gib": _round(sum(max(0.0, s["gib"]) for s in segments if s["category"] not in ("free", UNSTATED)))}
 

@@ -35,7 +35,7 @@ KEYWORDS = (
     "gpu_memory_utilization", "non_torch_memory", "activation peak memory", "available_kv_cache_memory",
     "Available KV cache memory", "KV cache size", "Maximum concurrency", "blocks:", "num_gpu_blocks",
     "Graph capturing finished", "graph pool memory", "Estimated CUDA graph memory", "graph memory profiling is",
-    "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len",
+    "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len", "serve at least one request",
     "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
     "vllm serve", "-m vllm.", "attention block size",
 )

@@ -162,9 +162,9 @@ def budget(kb):
         total_fact, total = startup, startup.total_gib
     if usable is None and startup is not None and startup.requested_gib is not None:
         usable_fact, usable = startup, startup.requested_gib
-    if total is None:
-        given = kb.first(F.GpuTotal, role=None)
-        total_fact, total = (given, given.gib) if given is not None else (None, None)
+    if total is None:  # the GPU total from --gpu, --gpu-total-gib or nvidia-smi (slightly above vLLM's own)
+        given = kb.get("gpu", "total_gib")
+        total_fact, total = (given, given.value) if given is not None and given.known else (None, None)
     if total is None:
         yield row("budget", Unknown("needs the GPU total, which the log does not print (give --gpu or "
                                     "--gpu-total-gib)"), "unknown", "vllm.breakdown.budget", (util,), "")

@@ -14,6 +14,7 @@ from capdiag.parsing.literal import parse_call_or_dict
 from capdiag.parsing.prose import name_numbers, read_oom_message, split_quantity
 from capdiag.parsing.parsed import Parsed
 from capdiag.resources import grammar_text
+from capdiag.source import open_brackets
 
 # `(Worker_DP1_PP0_TP1_EP1 pid=7)`, `(VllmWorker TP0 pid=7)`, `(VllmWorker PP0_TP1 pid=7)`
 _TAG_PART = re.compile(r"(DP|PP|TP|EP|DCP|PCP)(\d+)")
@@ -80,8 +81,11 @@ class _Lines(Transformer):
     def engine_config(self, items):
         head, version, rest = str(items[0]), str(items[1]).lstrip("v"), str(items[-1])
         engine = "V1" if "V1" in head else ("V0" if "V0" in head else None)
+        rest = rest.rstrip(", ")
+        if open_brackets(rest) < 0 and rest.endswith(")"):  # ≤0.6.4 closes the config with a stray ")"
+            rest = rest[:-1]
         try:
-            parsed = parse_call_or_dict(f"VllmConfig({rest.rstrip(', ')})")
+            parsed = parse_call_or_dict(f"VllmConfig({rest})")
             fields, cut = parsed.fields, parsed.truncated_at
         except ValueError:
             fields, cut = {}, 0
@@ -180,14 +184,16 @@ class _Lines(Transformer):
         return (F.VllmGraphEstimate, {"gib": items[0][0]})
 
     def util_advice(self, items):
-        values = name_numbers(items[-1], "PNUM", (("--gpu-memory-utilization=", "current"),),
-                              (("without cuda graph", "equivalent"), ("to maintain", "equivalent"),
-                               ("to disable", "suggested")), {})
-        if "current" not in values:
+        """The utilizations this line quotes, each right after `--gpu-memory-utilization=` (or `to`):
+        the current one, its equivalent without graph profiling, the suggested one."""
+        tokens = items[-1]
+        quoted = [float(str(t)) for prev, t in zip(tokens, tokens[1:])
+                  if t.type == "PNUM" and str(prev).rstrip().endswith(("--gpu-memory-utilization=",
+                                                                        "--gpu-memory-utilization to", "from"))]
+        if not quoted:
             return None
-        numbers = [float(split_quantity(str(t))[0]) for t in items[-1] if t.type == "PNUM"]
-        return (F.VllmUtilizationAdvice, {"current": numbers[0], "equivalent": numbers[1] if len(numbers) > 1 else None,
-                                          "suggested": numbers[2] if len(numbers) > 2 else None})
+        return (F.VllmUtilizationAdvice, {"current": quoted[0], "equivalent": quoted[1] if len(quoted) > 1 else None,
+                                          "suggested": quoted[2] if len(quoted) > 2 else None})
 
     def free_on_device(self, items):
         """Both wordings open with free/total and the utilization with its GiB; the usage items
@@ -209,7 +215,7 @@ class _Lines(Transformer):
         tokens = items[-1]
         values = name_numbers(tokens, "PNUM", (("reserved", "reserved_kv_gib"),),
                               (("gib; requested", "free_gib"), ("gib, reserved", "free_gib"), ("gib, free", "free_gib"),
-                               ("(util)", "utilization"), ("gib memory for kv", "reserved_kv_gib"),
+                               ("(util", "utilization"), ("gib memory for kv", "reserved_kv_gib"),
                                ("memory for kv", "reserved_kv_gib")),
                               {"free_gib": "GiB", "reserved_kv_gib": "GiB", "utilization": ""})
         numbers = [t for t in tokens if t.type == "PNUM"]
@@ -223,9 +229,13 @@ class _Lines(Transformer):
         return (F.VllmStartupError, {"reason": "no-cache-memory"})
 
     def seq_len_exceeds(self, items):
-        numbers = [int(float(split_quantity(str(t))[0])) for t in items[-1] if t.type == "PNUM"]
-        return (F.VllmStartupError, {"reason": "max-seq-len", "model_len": numbers[0] if numbers else None,
-                                     "kv_tokens": numbers[1] if len(numbers) > 1 else None})
+        """V0: `max seq len (N) is larger than … stored in KV cache (M)`; V1: `… max seq len (N),
+        (X GiB KV cache is needed, … available KV cache memory (Y GiB). … the estimated maximum
+        model length is M.`"""
+        numbers = [t for t in items[-1] if t.type == "PNUM"]
+        plain = [int(float(str(t))) for t in numbers if split_quantity(str(t))[1] is None]
+        return (F.VllmStartupError, {"reason": "max-seq-len", "model_len": plain[0] if plain else None,
+                                     "kv_tokens": plain[-1] if len(plain) > 1 else None})
 
     def engine_failed(self, _):
         return (F.VllmStartupError, {"reason": "engine-failed"})

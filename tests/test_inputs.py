@@ -1,0 +1,408 @@
+"""The inputs beside the log: nvidia-smi output (every form capdiag accepts, and the ones it
+must refuse), a model's config.json (theoretical KV bytes per token and weights), and the GPU
+identity and total that --gpu, --gpu-total-gib and nvidia-smi give.
+
+nvidia-smi samples and config.json files live in tests/inputs/. The config.json files carry
+the public values of each model; the expected bytes per token are worked out by hand in each
+case, with the arithmetic beside it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from capdiag import cli
+from capdiag import facts as F
+from capdiag.analysis import analyse
+from capdiag.errors import InputError
+from capdiag.parsing.model_config import read_model_config
+from capdiag.parsing.nvidia_smi import read_nvidia_smi
+from capdiag.report import build
+from helpers import SGLANG_CORPUS, TESTS, fixture, write_log
+
+INPUTS = TESTS / "inputs"
+GIB = 1 << 30
+VLLM_TP2 = fixture("vllm_v092_tp2.log")  # Qwen3-32B TP2, gpu_memory_utilization 0.85, prints no total
+
+
+def inp(name: str) -> str:
+    path = INPUTS / name
+    assert path.exists(), f"missing input {path}"
+    return str(path)
+
+
+def row(rep: dict, category: str):
+    return next((r for r in rep["breakdown"] if r["category"] == category), None)
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """capdiag.cli.run() in process, as the console script calls it."""
+    monkeypatch.setattr(sys, "argv", ["capdiag", *args])
+    code = 0
+    try:
+        cli.run()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ==== nvidia-smi ===============================================================================
+
+def smi(name: str) -> list[tuple]:
+    return [(g.index, g.used_mib, g.free_mib, g.total_mib, g.name) for g in read_nvidia_smi(inp(name))]
+
+
+H20_ROWS = [(0, 63092, 34276, None, None)] + [(i, 63188, 34180, None, None) for i in range(1, 7)] + \
+           [(7, 62708, 34660, None, None)]
+
+
+def test_smi_documented_query_without_header():
+    # `nvidia-smi --query-gpu=index,memory.used,memory.free --format=csv,noheader` (corpus 012)
+    assert smi("smi_query_noheader.csv") == H20_ROWS
+    gpus = read_nvidia_smi(inp("smi_query_noheader.csv"))
+    assert [g.evidence.line for g in gpus] == list(range(1, 9))
+    assert all(g.evidence.source == "nvidia-smi" for g in gpus)
+
+
+def test_smi_documented_query_with_header():
+    assert smi("smi_query_header.csv") == H20_ROWS
+    assert [g.evidence.line for g in read_nvidia_smi(inp("smi_query_header.csv"))] == list(range(2, 10))
+
+
+def test_smi_extra_columns_with_header():
+    assert smi("smi_query_extra_columns.csv") == [(0, 74311, 6722, 81559, "NVIDIA H100 80GB HBM3"),
+                                                 (1, 74295, 6738, 81559, "NVIDIA H100 80GB HBM3")]
+
+
+def test_smi_nounits(tmp_path):
+    # `--format=csv,noheader,nounits`
+    path = write_log(tmp_path, "0, 63092, 34276\n1, 63188, 34180\n", "smi.csv")
+    assert [(g.index, g.used_mib, g.free_mib) for g in read_nvidia_smi(path)] == [(0, 63092, 34276), (1, 63188, 34180)]
+
+
+def test_smi_old_table_with_truncated_name():
+    # driver 525 layout; the name column cuts `Tesla V100-SXM2-32GB` to `Tesla V100-SXM2...`;
+    # the table prints used / total, no free; the process table below is not a GPU
+    assert smi("smi_table_driver525_v100.txt") == [(0, 29810, None, 32768, "Tesla V100-SXM2..."),
+                                                   (1, 29806, None, 32768, "Tesla V100-SXM2...")]
+
+
+def test_smi_wide_table():
+    assert smi("smi_table_driver570_h100.txt") == [(0, 74311, None, 81559, "NVIDIA H100 80GB HBM3"),
+                                                   (1, 74295, None, 81559, "NVIDIA H100 80GB HBM3")]
+
+
+def test_smi_gb10_not_supported():
+    # DGX Spark: unified memory, nvidia-smi prints `Not Supported` for memory usage
+    assert smi("smi_table_gb10.txt") == [(0, None, None, None, "NVIDIA GB10")]
+
+
+@pytest.mark.parametrize("name", ["smi_bad_five_columns_noheader.csv", "smi_bad_empty.txt", "smi_bad_garbage.txt"])
+def test_smi_bad_inputs_are_input_errors(name):
+    with pytest.raises(InputError):
+        read_nvidia_smi(inp(name))
+
+
+def test_smi_five_columns_without_header_says_to_keep_the_header():
+    with pytest.raises(InputError, match="header"):
+        read_nvidia_smi(inp("smi_bad_five_columns_noheader.csv"))
+
+
+def test_smi_missing_file_is_an_input_error():
+    with pytest.raises(InputError):
+        read_nvidia_smi(str(INPUTS / "no-such-file.csv"))
+
+
+@pytest.mark.parametrize("name", ["smi_bad_five_columns_noheader.csv", "smi_bad_empty.txt", "smi_bad_garbage.txt"])
+def test_cli_bad_smi_exits_2(monkeypatch, capsys, name):
+    code, out, err = run_cli(monkeypatch, capsys, "explain", VLLM_TP2, "--nvidia-smi-file", inp(name))
+    assert code == 2 and out == "" and err.startswith("capdiag: error:")
+
+
+@pytest.mark.parametrize("name", ["smi_query_noheader.csv", "smi_query_header.csv", "smi_query_extra_columns.csv",
+                                  "smi_table_driver525_v100.txt", "smi_table_driver570_h100.txt",
+                                  "smi_table_gb10.txt"])
+def test_cli_good_smi_exits_0(monkeypatch, capsys, name):
+    code, out, err = run_cli(monkeypatch, capsys, "explain", VLLM_TP2, "--nvidia-smi-file", inp(name),
+                             "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["nvidia_smi"]["gpus"] >= 1
+
+
+# ---- nvidia-smi in the report --------------------------------------------------------------------
+
+def test_per_rank_nvidia_smi_in_the_report():
+    rep = build(analyse(VLLM_TP2, nvidia_smi=inp("smi_query_extra_columns.csv")))
+    by_label = {r["label"]: r["nvidia_smi"] for r in rep["ranks"]}
+    assert by_label["TP0"] == {"index": 0, "used_mib": 74311, "free_mib": 6722, "total_mib": 81559}
+    assert by_label["TP1"] == {"index": 1, "used_mib": 74295, "free_mib": 6738, "total_mib": 81559}
+    assert rep["nvidia_smi"]["gpus"] == 2 and "sampled" in rep["nvidia_smi"]["note"]
+
+
+def test_nvidia_smi_spread_names_outliers(tmp_path):
+    path = write_log(tmp_path, "0, 74311 MiB, 6722 MiB\n1, 70011 MiB, 11022 MiB\n2, 74300 MiB, 6733 MiB\n", "smi.csv")
+    rep = build(analyse(VLLM_TP2, nvidia_smi=path))
+    # median used 74300; GPU 1 is 4289 MiB (> 1 GiB) below it
+    assert "GPU 1 differ" in rep["nvidia_smi"]["spread"]
+
+
+def test_target_rank_pp1_on_a_pp_log_pairs_gpu_1():
+    log = fixture("vllm_v0271_pp2.log")  # corpus 403: Worker_PP0 / Worker_PP1, only PP0 prints KV
+    rep = build(analyse(log, target_rank="pp1", nvidia_smi=inp("smi_query_extra_columns.csv")))
+    assert rep["target_rank"].startswith("PP1")
+    w = row(rep, "weights")
+    assert w["gib"] == 30.52 and [e["line"] for e in w["evidence"]] == [2]  # the PP1 worker's own line
+    assert row(rep, "kv_cache")["gib"] is None  # PP1 printed no KV figure
+    assert rep["observed"] == {"model_loading_gib": 30.52}
+    # PP stage 1 × TP size 1 + TP 0 → GPU 1
+    pp1 = next(r for r in rep["ranks"] if r["rank"]["pp"] == 1)
+    assert pp1["nvidia_smi"]["index"] == 1
+    # the default target is PP0, which printed the KV figure
+    assert row(build(analyse(log)), "kv_cache")["gib"] == 6.92
+
+
+def test_target_rank_pp1_without_pp_lines_is_an_input_error():
+    with pytest.raises(InputError):
+        analyse(VLLM_TP2, target_rank="pp1")
+
+
+# ---- the `other` row: nvidia-smi used minus what the log explains ---------------------------------
+
+SG012 = SGLANG_CORPUS / "012-dsv4-flash-h20-tp8-fixture-memory-profiling.log"
+
+
+@pytest.mark.skipif(not SG012.exists(), reason="shared corpus (../shared) is absent")
+@pytest.mark.parametrize("smi_name", ["smi_query_noheader.csv", "smi_query_header.csv"])
+def test_other_row_from_nvidia_smi(smi_name):
+    rep = build(analyse(str(SG012), nvidia_smi=inp(smi_name), gpu="h20"))
+    rows = {r["category"]: r for r in rep["breakdown"]}
+    # framework: H20 reference total 97871 MiB = 95.58 GiB − free before weights 93.61 = 1.97
+    # weights 93.58 − 57.01 = 36.57; kv 19.58 (DSv4 available_bytes); graphs 1.93
+    assert (rows["framework"]["gib"], rows["weights"]["gib"], rows["kv_cache"]["gib"], rows["cuda_graph"]["gib"]) \
+        == (1.97, 36.57, 19.58, 1.93)
+    other = rows["other"]
+    # 63092 MiB / 1024 = 61.613 GiB − (1.97 + 36.57 + 19.58 + 1.93 = 60.05) = 1.563 → 1.56
+    assert (other["gib"], other["status"]) == (1.56, "derived")
+    assert round(63092 / 1024 - (1.97 + 36.57 + 19.58 + 1.93), 2) == 1.56
+    assert "63092" in other["derivation"]
+    assert any(e["source"] == "nvidia-smi" for e in other["evidence"])
+    # the log prints TP0 and TP1; each is paired with its own GPU
+    smi_by_tp = {r["rank"]["tp"]: r["nvidia_smi"] for r in rep["ranks"]}
+    assert smi_by_tp == {0: {"index": 0, "used_mib": 63092, "free_mib": 34276, "total_mib": None},
+                         1: {"index": 1, "used_mib": 63188, "free_mib": 34180, "total_mib": None}}
+
+
+def test_other_row_unknown_without_nvidia_smi():
+    r = row(build(analyse(VLLM_TP2)), "other")
+    assert r["gib"] is None and r["status"] == "unknown" and "nvidia-smi" in r["derivation"]
+
+
+def test_other_row_unknown_without_used_memory():
+    r = row(build(analyse(VLLM_TP2, nvidia_smi=inp("smi_table_gb10.txt"))), "other")
+    assert r["gib"] is None and r["status"] == "unknown"
+
+
+# ==== GPU identity and total =====================================================================
+
+def gpu_of(**kw) -> dict:
+    return build(analyse(VLLM_TP2, **kw))["gpu"]
+
+
+def test_identity_from_the_smi_name():
+    g = gpu_of(nvidia_smi=inp("smi_query_extra_columns.csv"))
+    assert (g["alias"], g["name"], g["ambiguous"]) == ("h100_sxm", "NVIDIA H100 80GB HBM3", False)
+    assert "nvidia-smi name" in g["identity"]
+    # the measured total beats the reference: 81559 MiB / 1024 = 79.65
+    assert (g["total_gib"], g["total_source"]) == (79.65, "nvidia-smi")
+
+
+def test_identity_from_the_wide_table_name():
+    assert gpu_of(nvidia_smi=inp("smi_table_driver570_h100.txt"))["alias"] == "h100_sxm"
+
+
+def test_identity_from_the_moe_device_name(tmp_path):
+    log = write_log(tmp_path, Path(VLLM_TP2).read_text(encoding="utf-8") + (
+        "(VllmWorker rank=0 pid=60240) WARNING 07-09 16:40:20 [fused_moe.py:690] Using default MoE config. Performance "
+        "might be sub-optimal! Config file not found at /opt/venv/lib/python3.12/site-packages/vllm/model_executor/"
+        "layers/fused_moe/configs/E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json\n"))
+    g = build(analyse(log))["gpu"]
+    assert (g["alias"], g["name"]) == ("h100_sxm", "NVIDIA H100 80GB HBM3")
+    assert "MoE kernel-config device_name" in g["identity"]
+    # the reference's observed nvidia-smi total, not the marketing 80 GB
+    assert (g["total_gib"], g["total_source"]) == (79.65, "reference")
+
+
+def test_identity_never_from_the_size():
+    # 81559 MiB is what H100 SXM, H100 PCIe and H800 all report: the size names no GPU
+    g = gpu_of(nvidia_smi=inp("smi_query_total_no_name.csv"))
+    assert g["alias"] is None and g["name"] is None
+    assert g["total_gib"] == 79.65 and g["total_source"] == "nvidia-smi"
+
+
+def test_truncated_name_is_ambiguous():
+    g = gpu_of(nvidia_smi=inp("smi_table_driver525_v100.txt"))
+    # `Tesla V100-SXM2...` begins both the 16 GB and the 32 GB entries
+    assert g["ambiguous"] is True and "v100_32gb" in g["identity"] and "v100_16gb" in g["identity"]
+    assert g["total_gib"] == 32.0  # 32768 MiB from the table decides the memory, not the name
+
+
+def test_gpu_flag_wins_over_the_names():
+    g = gpu_of(gpu="h200", nvidia_smi=inp("smi_query_extra_columns.csv"))
+    assert g["alias"] == "h200" and g["ambiguous"] is False and "--gpu wins" in g["identity"]
+
+
+def test_gpu_total_from_the_reference():
+    g = gpu_of(gpu="h100_sxm")
+    assert (g["total_gib"], g["total_source"]) == (79.65, "reference")  # 81559 / 1024
+
+
+def test_gpu_total_gib_beats_the_reference():
+    g = gpu_of(gpu="h100_sxm", gpu_total_gib=79.5)
+    assert (g["total_gib"], g["total_source"]) == (79.5, "stated")
+    assert g["alias"] == "h100_sxm"
+
+
+def test_gpu_total_gib_beats_nvidia_smi():
+    g = gpu_of(gpu_total_gib=79.1, nvidia_smi=inp("smi_query_extra_columns.csv"))
+    assert (g["total_gib"], g["total_source"]) == (79.1, "stated")
+
+
+def test_nominal_fallback_is_flagged():
+    # MI325X: the reference has no observed total, only the vendor's 256 GB
+    g = gpu_of(gpu="mi325x")
+    assert g["total_source"] == "nominal"
+    assert g["total_gib"] == round(256e9 / GIB, 2) == 238.42
+    assert "NOMINAL" in g["total_derivation"]
+
+
+def test_gb10_is_nominal_and_shares_system_memory():
+    g = gpu_of(nvidia_smi=inp("smi_table_gb10.txt"))
+    assert g["alias"] == "gb10_dgx_spark" and g["shared_system_memory"] is True
+    assert g["total_source"] == "nominal" and g["total_gib"] == round(128e9 / GIB, 2) == 119.21
+
+
+def test_unknown_gpu_alias_is_an_input_error(monkeypatch, capsys):
+    with pytest.raises(InputError):
+        analyse(VLLM_TP2, gpu="no-such-gpu")
+    code, _, err = run_cli(monkeypatch, capsys, "explain", VLLM_TP2, "--gpu", "no-such-gpu")
+    assert code == 2 and "gpu-specs" in err
+
+
+def test_budget_uses_the_stated_total():
+    rep = build(analyse(VLLM_TP2, gpu_total_gib=79.5))
+    assert rep["budget"]["gib"] == 67.58  # 79.5 × 0.85 = 67.575
+
+
+def test_budget_uses_the_gpu_total_from_gpu_flag():
+    rep = build(analyse(VLLM_TP2, gpu="h100_sxm"))
+    assert rep["gpu"]["total_gib"] == 79.65
+    assert rep["budget"]["gib"] == 67.7  # 79.65 × 0.85 = 67.7025
+
+
+# ==== config.json ================================================================================
+
+def sglang_log(tmp_path, model: str, tp: int, kv_cache_dtype: str, pp: int = 1) -> str:
+    """A minimal SGLang start-up whose server_args states tp_size and kv_cache_dtype."""
+    return write_log(tmp_path, "\n".join([
+        f"[2025-12-10 10:00:00] server_args=ServerArgs(model_path='{model}', tokenizer_path='{model}', dtype='auto', "
+        f"kv_cache_dtype='{kv_cache_dtype}', mem_fraction_static=0.85, tp_size={tp}, pp_size={pp}, dp_size=1, "
+        "ep_size=1, enable_dp_attention=False)",
+        "[2025-12-10 10:00:02 TP0] Load weight begin. avail mem=78.50 GB",
+        "[2025-12-10 10:00:06 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=63.54 GB, "
+        "mem usage=14.96 GB.",
+        "[2025-12-10 10:00:50] The server is fired up and ready to roll!",
+    ]) + "\n")
+
+
+# (config, model, tp, kv dtype, bytes per token per rank, replication) — arithmetic:
+KV_CASES = [
+    # Llama-3.1-8B TP1 bf16: 8 KV heads × (128 + 128) × 32 layers × 2 B = 131072
+    ("config_llama31_8b.json", "meta-llama/Llama-3.1-8B-Instruct", 1, "bfloat16", 131072, 1),
+    # Llama-3.1-8B TP2 fp8: 8 // 2 = 4 × 256 × 32 × 1 B = 32768
+    ("config_llama31_8b.json", "meta-llama/Llama-3.1-8B-Instruct", 2, "fp8_e4m3", 32768, 1),
+    # Llama-3.1-70B TP8 bf16: 1 × (128 + 128) × 80 × 2 = 40960
+    ("config_llama31_70b.json", "meta-llama/Llama-3.1-70B-Instruct", 8, "bfloat16", 40960, 1),
+    # Llama-3.1-70B TP16 (kv_heads 8 < tp 16): max(1, 8 // 16) = 1 × 256 × 80 × 2 = 40960; each head twice
+    ("config_llama31_70b.json", "meta-llama/Llama-3.1-70B-Instruct", 16, "bfloat16", 40960, 2),
+    # Qwen2.5-7B TP1 bf16: head_dim 3584 / 28 = 128; 4 × 256 × 28 × 2 = 57344
+    ("config_qwen25_7b.json", "Qwen/Qwen2.5-7B-Instruct", 1, "bfloat16", 57344, 1),
+    # Mixtral-8x7B TP2 bf16: 8 // 2 = 4 × 256 × 32 × 2 = 65536
+    ("config_mixtral_8x7b.json", "mistralai/Mixtral-8x7B-Instruct-v0.1", 2, "bfloat16", 65536, 1),
+    # DeepSeek-V3 TP8 fp8 (MLA, not split by TP): (512 + 64) × 61 × 1 = 35136
+    ("config_deepseek_v3.json", "deepseek-ai/DeepSeek-V3", 8, "fp8_e4m3", 35136, 1),
+    # Qwen3-Next-style hybrid TP1 bf16: 48 / 4 = 12 full-attention layers; 2 × (256 + 256) × 12 × 2 = 24576
+    ("config_qwen3_next_style.json", "Qwen/Qwen3-Next-80B-A3B-Instruct", 1, "bfloat16", 24576, 1),
+    # the same at TP4 (2 KV heads < 4): max(1, 2 // 4) = 1 × 512 × 12 × 2 = 12288; each head twice
+    ("config_qwen3_next_style.json", "Qwen/Qwen3-Next-80B-A3B-Instruct", 4, "bfloat16", 12288, 2),
+]
+
+
+@pytest.mark.parametrize("config, model, tp, kv_dtype, want, replication", KV_CASES,
+                         ids=[f"{c[0][7:-5]}-tp{c[2]}-{c[3]}" for c in KV_CASES])
+def test_theoretical_kv_bytes_per_token(tmp_path, config, model, tp, kv_dtype, want, replication):
+    rep = build(analyse(sglang_log(tmp_path, model, tp, kv_dtype), config_json=inp(config)))
+    assert rep["config"]["tp_size"] == tp
+    assert rep["kv_pool"]["theoretical_bytes_per_token"] == want
+    assert rep["kv_pool"]["replication"] == replication
+    assert rep["kv_pool"]["dtype"] == kv_dtype
+    derivation = rep["kv_pool"]["derivation"]["theoretical_bytes_per_token"]
+    if replication > 1:
+        assert f"stored {replication} times" in derivation
+    if "deepseek" in config:
+        assert "MLA" in derivation and "(512 + 64)" in derivation
+    if "qwen3_next" in config:
+        assert "every 4th of 48 layers" in derivation
+
+
+def test_theoretical_kv_from_a_vllm_log_matches_the_log():
+    # V0 0.7.3 Llama-3.1-8B TP1, kv_cache_dtype auto → the engine's dtype torch.bfloat16: 131072 B.
+    # The log: 54.78 GiB / 448,768 tokens = 131069 B, within the printed rounding.
+    rep = build(analyse(fixture("vllm_v073_v0_tp1.log"), config_json=inp("config_llama31_8b.json")))
+    assert rep["kv_pool"]["theoretical_bytes_per_token"] == 131072
+    assert rep["kv_pool"]["log_bytes_per_token"] == round(54.78 * GIB / 448768) == 131069
+    assert rep["kv_pool"]["comparison"]["explanation"].startswith("matches")
+
+
+def test_weights_check_llama31_8b(tmp_path):
+    rep = build(analyse(sglang_log(tmp_path, "meta-llama/Llama-3.1-8B-Instruct", 1, "bfloat16"),
+                        config_json=inp("config_llama31_8b.json")))
+    check = rep["weights_check"]
+    # 32 × (4096·4096·2 + 4096·1024·2 + 3·4096·14336) + 2 × 128256·4096 = 8,029,995,008 parameters;
+    # × 2 B = 16,059,990,016 B / 2^30 = 14.957 → 14.96 GiB
+    params = 32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336) + 2 * 128256 * 4096
+    assert round(params * 2 / GIB, 2) == 14.96
+    assert check["theoretical_gib"] == 14.96
+    assert check["ratio"] == 1.0  # measured 14.96 in the log
+    assert "agrees" in check["derivation"]
+
+
+def test_weights_check_unknown_for_the_hybrid(tmp_path):
+    rep = build(analyse(sglang_log(tmp_path, "Qwen/Qwen3-Next-80B-A3B-Instruct", 1, "bfloat16"),
+                        config_json=inp("config_qwen3_next_style.json")))
+    assert rep["weights_check"]["theoretical_gib"] is None and rep["weights_check"]["derivation"]
+
+
+def test_read_model_config_fields():
+    cfg = read_model_config(inp("config_deepseek_v3.json"))
+    assert isinstance(cfg, F.ModelConfig)
+    assert (cfg.fields["kv_lora_rank"], cfg.fields["qk_rope_head_dim"], cfg.fields["num_hidden_layers"]) == (512, 64, 61)
+    assert cfg.evidence.source == "config.json"
+
+
+def test_nested_text_config_is_lifted(tmp_path):
+    outer = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+             "text_config": json.loads(Path(inp("config_llama31_8b.json")).read_text())}
+    path = write_log(tmp_path, json.dumps(outer), "config.json")
+    assert read_model_config(path).fields["num_key_value_heads"] == 8
+
+
+@pytest.mark.parametrize("name", ["config_not_a_model.json", "config_truncated.json"])
+def test_bad_config_json_is_an_input_error(monkeypatch, capsys, name):
+    with pytest.raises(InputError):
+        read_model_config(inp(name))
+    code, out, err = run_cli(monkeypatch, capsys, "explain", VLLM_TP2, "--config-json", inp(name))
+    assert code == 2 and err.startswith("capdiag: error:")

@@ -1,0 +1,213 @@
+"""vLLM grammar cases: every line kind and version variant vLLM prints, one file per kind.
+
+Each file under tests/vllm_cases/ holds cases of the form
+
+    # free comment
+    LINE: <one log line exactly as printed (after transport noise is removed)>
+    EXPECT: <json>
+
+`LINE_JSON: "<json string>"` spells a line with leading/trailing blanks or control characters.
+`XFAIL: <reason>` before a case marks a known bug (strict: the case must keep failing until
+the bug is fixed). EXPECT is `null` for a line that must state nothing, an object for a line
+that states one fact, or a list of objects for a line that states several (0.28+ capacity).
+An object reads
+
+    {"cls": "VllmModelLoading",       fact class name (required)
+     "rank": {"tp": 0},               the rank tags, exactly (absent tags are not listed)
+     "fields": {...},                 engine config / args only: these fields, exactly
+     "field_count": 3,                engine config / args only: how many fields were read
+     "gib": 14.9889, ...}             every other key is a value of the fact; listed ones must
+                                      match exactly, and null means "absent or None"
+
+Nested reprs in `fields` are spelled {"__call__": "Name", kw: value, ...}, tuples
+{"__tuple__": [...]}; `...` stands for an elided value.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from capdiag import facts as F
+from capdiag.parsing.vllm import parse_vllm_line, rank_of
+from capdiag.source import candidate_lines, clean
+from helpers import TESTS, dump, jsonable, rank_tags, same
+
+VLLM_CASES = TESTS / "vllm_cases"
+_RESERVED = ("cls", "rank", "fields", "field_count")
+
+
+def load_cases(directory: Path = VLLM_CASES):
+    """[(id, line, expect, xfail_reason)] for every case file, in file order."""
+    cases = []
+    for path in sorted(directory.glob("*.txt")):
+        line, xfail, line_no = None, None, 0
+        for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if raw.startswith(("LINE: ", "LINE_JSON: ")):
+                assert line is None, f"{path.name}:{n}: a LINE without its EXPECT before it"
+                line = raw[len("LINE: "):] if raw.startswith("LINE: ") else json.loads(raw[len("LINE_JSON: "):])
+                line_no = n
+            elif raw.startswith("XFAIL: "):
+                assert line is None, f"{path.name}:{n}: XFAIL goes before its LINE"
+                xfail = raw[len("XFAIL: "):]
+            elif raw.startswith("EXPECT: "):
+                assert line is not None, f"{path.name}:{n}: EXPECT without LINE"
+                cases.append((f"{path.stem}:{line_no}", line, json.loads(raw[len("EXPECT: "):]), xfail))
+                line, xfail = None, None
+            else:
+                assert raw.strip() == "" or raw.startswith("#"), f"{path.name}:{n}: unknown line {raw!r}"
+        assert line is None, f"{path.name}: the last LINE has no EXPECT"
+        assert xfail is None, f"{path.name}: an XFAIL at the end has no case"
+    return cases
+
+
+CASES = load_cases()
+POSITIVE = [c for c in CASES if c[2] is not None]
+
+
+def _expected(expect) -> list[dict]:
+    return [] if expect is None else expect if isinstance(expect, list) else [expect]
+
+
+def _params(cases):
+    return [pytest.param(line, expect, id=case_id,
+                         marks=[pytest.mark.xfail(strict=True, reason=xfail)] if xfail else [])
+            for case_id, line, expect, xfail in cases]
+
+
+def check_fact(parsed, want: dict) -> None:
+    assert parsed.cls.__name__ == want["cls"], f"class: want {want['cls']}, got {parsed.cls.__name__}"
+    assert rank_tags(parsed.rank) == want.get("rank", {}), f"rank: got {rank_tags(parsed.rank)}"
+    for key, value in want.items():
+        if key in _RESERVED:
+            continue
+        assert key in parsed.values or value is None, f"no value {key!r} in {sorted(parsed.values)}"
+        got = jsonable(parsed.values.get(key))
+        assert same(got, value), f"{key}: want {value!r}, got {got!r}"
+    if "fields" in want:
+        fields = jsonable(parsed.values["fields"])
+        for key, value in want["fields"].items():
+            assert key in fields, f"field {key!r} missing; have {sorted(fields)}"
+            assert same(fields[key], value), f"field {key}: want {value!r}, got {fields[key]!r}"
+    if "field_count" in want:
+        assert len(parsed.values["fields"]) == want["field_count"], sorted(parsed.values["fields"])
+    # the fact class accepts exactly what the parser hands it
+    parsed.cls(evidence=F.Evidence(1, "x"), rank=parsed.rank, **parsed.values)
+
+
+@pytest.mark.parametrize("line, expect", _params(CASES))
+def test_case(line, expect):
+    parsed = parse_vllm_line(line)
+    wanted = _expected(expect)
+    if not wanted:
+        assert parsed == [], "must state nothing, got " + "; ".join(
+            f"{p.cls.__name__} {dump(jsonable(p.values))[:200]}" for p in parsed)
+        return
+    assert parsed, "the line did not parse"
+    assert [p.cls.__name__ for p in parsed] == [w["cls"] for w in wanted]
+    for p, w in zip(parsed, wanted):
+        check_fact(p, w)
+
+
+# ---- coverage of the case files themselves ---------------------------------------------------
+
+PRODUCED = {F.VllmVersion, F.VllmEngineConfig, F.VllmArgs, F.VllmMaxModelLen, F.VllmModelLoading,
+            F.VllmMemoryProfile, F.VllmAvailableKV, F.VllmKVCacheSize, F.VllmMaxConcurrency, F.VllmGpuBlocks,
+            F.VllmGraphCapture, F.VllmGraphPool, F.VllmGraphEstimate, F.VllmUtilizationAdvice,
+            F.VllmStartupMemory, F.VllmInitialFree, F.VllmStartupError, F.VllmEngineReady, F.VllmHybridBlockSize,
+            F.ServerReady, F.OutOfMemory, F.DeviceName, F.LaunchCommand}
+
+
+def test_every_vllm_fact_class_is_named_here():
+    """A new vLLM fact class must get cases: every class in capdiag.facts.vllm is in PRODUCED."""
+    import capdiag.facts.vllm as module
+    import attrs
+    classes = {c for c in vars(module).values() if isinstance(c, type) and attrs.has(c) and c.__module__ == module.__name__}
+    assert classes - PRODUCED == set()
+
+
+def test_every_line_kind_has_a_passing_case():
+    covered = {w["cls"] for _, _, expect, xfail in POSITIVE if not xfail for w in _expected(expect)}
+    # VllmUtilizationAdvice has xfail cases only while the advice line never parses (util_advice.txt)
+    assert {c.__name__ for c in PRODUCED} - covered <= {"VllmUtilizationAdvice"}
+
+
+def test_every_line_kind_has_a_case():
+    covered = {w["cls"] for _, _, expect, _ in POSITIVE for w in _expected(expect)}
+    assert {c.__name__ for c in PRODUCED} - covered == set()
+
+
+def test_case_files_are_many_and_have_negatives():
+    files = {case_id.split(":")[0] for case_id, *_ in CASES}
+    assert len(files) >= 15
+    assert sum(1 for c in CASES if c[2] is None) >= 20
+
+
+def test_every_case_line_passes_the_keyword_filter():
+    """A positive line that the source's keyword test drops would never reach the parser."""
+    from capdiag.source import _KEYWORD_RE
+    missing = [case_id for case_id, line, _, xfail in POSITIVE if not _KEYWORD_RE.search(line)]
+    assert missing == []
+
+
+def test_case_lines_survive_the_source_cleaning():
+    """candidate_lines() hands the parser the line unchanged (no prefix stripped, not split)."""
+    for case_id, line, expect, _ in POSITIVE:
+        got = [l.text for l in candidate_lines([(1, line)])]
+        assert got == [line.strip()], case_id
+
+
+# ---- properties over the cases ---------------------------------------------------------------
+
+def test_parse_never_raises_on_prefixes_of_case_lines():
+    """Any prefix of a known line either parses or is rejected; it never raises."""
+    for _, line, _, _ in CASES:
+        pieces = 4 if len(line) > 1000 else 30  # a long config record takes ~0.1-0.3 s per parse
+        for cut in range(0, len(line), max(1, len(line) // pieces)):
+            parse_vllm_line(line[:cut])
+
+
+def test_header_does_not_change_the_body():
+    """The same body under every header shape gives the same values."""
+    body = "Model loading took 14.9889 GiB and 4.215733 seconds"
+    headers = ["", "INFO 05-12 10:00:14 [gpu_model_runner.py:1347] ", "INFO 05-12 10:00:14 gpu_model_runner.py:1347] ",
+               "(EngineCore_0 pid=2514) INFO 05-12 10:00:14 [gpu_model_runner.py:1347] ",
+               "(Worker_TP3 pid=7) DEBUG 05-12 10:00:14 [v1/worker/gpu_model_runner.py:1347] ",
+               "(Worker_PP0 pid=611) INFO [model_runner.py:329] ", "INFO 05-12 10:00:14 "]
+    values = []
+    for header in headers:
+        parsed = parse_vllm_line(header + body)
+        assert len(parsed) == 1, header
+        values.append(parsed[0].values)
+    assert all(v == values[0] for v in values)
+
+
+def test_ansi_coloured_prefix_parses_after_cleaning():
+    """Up to 0.11 the process prefix is coloured even in files; the source strips the colour."""
+    raw = "\x1b[1;36m(VllmWorkerProcess pid=48211)\x1b[0;0m INFO 01-14 12:37:09 model_runner.py:1535] " \
+          "Graph capturing finished in 16 secs, took 0.27 GiB"
+    (text,) = clean(raw)
+    (parsed,) = parse_vllm_line(text)
+    assert parsed.cls is F.VllmGraphCapture and parsed.values["gib"] == 0.27
+    assert rank_tags(parsed.rank) == {"worker": "VllmWorkerProcess pid=48211"}
+
+
+@pytest.mark.parametrize("tag, want", [
+    ("(APIServer pid=1)", {}), ("(ApiServer_1 pid=1)", {}), ("(MainProcess pid=1)", {}),
+    ("(EngineCore pid=1)", {}), ("(EngineCore_0 pid=1)", {}), ("(EngineCore_DP0 pid=1)", {"dp": 0}),
+    ("(EngineCore_DP3 pid=1)", {"dp": 3}), ("(VllmWorker rank=3 pid=1)", {"tp": 3}),
+    ("(VllmWorker TP0 pid=1)", {"tp": 0}), ("(VllmWorker PP0_TP1 pid=1)", {"pp": 0, "tp": 1}),
+    ("(VllmWorkerProcess pid=7)", {"worker": "VllmWorkerProcess pid=7"}), ("(Worker pid=1)", {}),
+    ("(Worker_TP1 pid=1)", {"tp": 1}), ("(Worker_PP2 pid=1)", {"pp": 2}),
+    ("(Worker_DP3_TP0_DCP0_EP12 pid=1)", {"dp": 3, "tp": 0, "ep": 12}),
+    ("(RayWorkerWrapper pid=2, ip=10.0.0.2)", {"worker": "RayWorkerWrapper pid=2, ip=10.0.0.2"}),
+])
+def test_rank_of_process_tags(tag, want):
+    assert rank_tags(rank_of(tag)) == want
+
+
+def test_worker_without_index_is_not_tp0():
+    rank = rank_of("(VllmWorkerProcess pid=7)")
+    assert rank.tp_index is None and rank.key() != F.NO_RANK.key()
+    assert rank_of("(EngineCore_DP0 pid=1)").tp_index == 0
