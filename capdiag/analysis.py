@@ -78,7 +78,7 @@ def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[st
     inputs: list[F.Fact] = [F.Options(evidence=F.Evidence(F.INPUT_LINE, _options_text(target_rank, token_lengths), 0,
                                                           "input"),
                                       target_rank=None if target_rank is None else str(target_rank),
-                                      token_lengths=tuple(token_lengths))]
+                                      token_lengths=tuple(token_lengths), framework=framework)]
     if nvidia_smi is not None:
         inputs.extend(read_nvidia_smi(nvidia_smi))
     if config_json is not None:

@@ -23,10 +23,17 @@ def _norm(name: str) -> str:
 
 
 def find_gpu(alias: str) -> dict[str, Any]:
+    """The entry an alias or device name names; a short alias (`gb10`) names the one entry whose
+    alias begins with it, and an InputError lists the entries when it could be several (`h100`)."""
     wanted = _norm(alias)
     for entry in gpu_specs():
         if wanted in [_norm(entry["alias"])] + [_norm(n) for n in entry["names"]]:
             return entry
+    prefixed = [e for e in gpu_specs() if _norm(e["alias"]).startswith(wanted + " ")]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if prefixed:
+        raise InputError(f"--gpu {alias}: ambiguous, one of {', '.join(e['alias'] for e in prefixed)}")
     known = ", ".join(e["alias"] for e in gpu_specs())
     raise InputError(f"--gpu {alias}: not in references/gpu-specs.json (known: {known})")
 

@@ -33,9 +33,21 @@ def finding(name: str, premises, message: str, *, severity: str, title: str, act
 
 
 def is_vllm(kb: Knowledge) -> bool:
-    return bool(kb.of(F.VllmVersion, F.VllmEngineConfig, F.VllmModelLoading, F.VllmKVCacheSize, role=None))
+    """The log is vLLM's (as detected from it, or as --framework says)."""
+    options = kb.first(F.Options, role=None)
+    return options is not None and options.framework == "vllm"
 
 
 def knob(kb: Knowledge) -> str:
     """The static-fraction flag of the framework that printed the log."""
     return "--gpu-memory-utilization" if is_vllm(kb) else "--mem-fraction-static"
+
+
+def number_or_text(text: str):
+    """A command-line value as the number it spells, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
+from capdiag.rules._common import number_or_text
 
 # report key -> server_args field (SGLang). A field absent or None is not stated.
 _SERVER_ARGS = {"model": "model_path", "tp_size": "tp_size", "pp_size": "pp_size", "dp_size": "dp_size",
@@ -11,16 +12,6 @@ _SERVER_ARGS = {"model": "model_path", "tp_size": "tp_size", "pp_size": "pp_size
                 "quantization": "quantization", "chunked_prefill_size": "chunked_prefill_size",
                 "enable_dp_attention": "enable_dp_attention",
                 "speculative_algorithm": "speculative_algorithm", "disable_cuda_graph": "disable_cuda_graph"}
-
-
-def _scalar(text: str):
-    """A command-line value as the number it spells, else the text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def _config(key, value, premise, formula):
@@ -45,7 +36,7 @@ def config(kb):
         for key, field in _SERVER_ARGS.items():
             value = command.args.get(field) or (command.args.get("tp") if key == "tp_size" else None)
             if value is not None:
-                yield _config(key, _scalar(value), command, f"launch command --{field.replace('_', '-')} {value}")
+                yield _config(key, number_or_text(value), command, f"launch command --{field.replace('_', '-')} {value}")
     budget = kb.first(F.TokenBudget, role=None)
     if budget is not None:
         for key in ("context_len", "max_running_requests"):
@@ -73,8 +64,8 @@ def mem_fraction(kb):
                       f"server_args mem_fraction_static={value}")
         return
     command = kb.first(F.LaunchCommand, role=None)
-    if command is not None and command.args.get("mem_fraction_static"):
-        value = _scalar(command.args["mem_fraction_static"])
+    if command is not None and isinstance(number_or_text(command.args.get("mem_fraction_static") or ""), float):
+        value = number_or_text(command.args["mem_fraction_static"])
         yield Derived("config", "mem_fraction_static", value, "mem-fraction", (command,),
                       f"launch command --mem-fraction-static {value}")
         return

@@ -31,7 +31,8 @@ def context_exceeds_kv(kb, t):
         return
     tokens = kb.get("kv_pool", "tokens")
     context = kb.get("config", "max_model_len") or kb.get("config", "context_len")
-    if tokens is None or context is None or not tokens.known or not context.known or not context.value:
+    if tokens is None or context is None or not tokens.known or not context.known \
+            or not isinstance(context.value, int) or not context.value:
         return
     fit = tokens.value // context.value
     if fit >= t["few_requests"]:

@@ -18,6 +18,18 @@ def _deepgemm_evidence(kb):
     return lines, block_fp8, deepseek, weights, model
 
 
+def _nvidia_or_unknown(kb) -> bool:
+    """DeepGEMM is CUDA-only: not on a GPU the inputs name as AMD, or on NPU/CPU graphs."""
+    names = [f.name for f in kb.of(F.DeviceName, F.SmiGpu, role=None) if f.name]
+    ident = kb.get("gpu", "identity")
+    if ident is not None and ident.known and ident.value["alias"].startswith(("mi", "gaudi")):
+        return False
+    if any("AMD" in n or "Instinct" in n for n in names):
+        return False
+    return not any(g.device.lower() in ("npu", "cpu", "xpu") for g in kb.of(F.GraphCaptureBegin, F.GraphCaptureEnd,
+                                                                            role=None))
+
+
 @rule("deepgemm-jit-suspected", code="CD107", severity="info")
 def deepgemm_jit_suspected(kb):
     """What it checks: the model runs DeepGEMM kernels — the log shows DeepGEMM warm-up/JIT
@@ -35,7 +47,7 @@ def deepgemm_jit_suspected(kb):
     share.
     """
     lines, block_fp8, deepseek, weights, model = _deepgemm_evidence(kb)
-    if not (lines or block_fp8 or deepseek):
+    if not (lines or block_fp8 or deepseek) or not _nvidia_or_unknown(kb):
         return
     other = kb.get("breakdown", "other")
     unexplained = other is not None and other.known and other.value > 0.5

@@ -29,7 +29,8 @@ def identity(kb):
     if len(aliases) > 1:
         formula += (f"; the inputs also name {', '.join(a for a in aliases if a != chosen.alias)}"
                     + (" (--gpu wins)" if stated else ": ambiguous"))
-    yield Derived("gpu", "identity", detail, "gpu.identity", tuple(specs), formula, detail)
+    named_by = [f for f in kb.of(F.DeviceName, F.SmiGpu, role=None) if f.name]
+    yield Derived("gpu", "identity", detail, "gpu.identity", tuple(specs) + tuple(named_by[:4]), formula, detail)
 
 
 @rule("gpu.total")

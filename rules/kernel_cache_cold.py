@@ -24,14 +24,12 @@ def kernel_cache_cold(kb, t):
     on a volume; judge start-up memory on a warm start.
     """
     moved = kb.of(F.KernelCacheNote, role=None)
-    jit = kb.of(F.DeepGEMMActivity, role=None)
     slow = [g for g in kb.of(F.GraphCaptureEnd, role=None) if g.elapsed_s and g.elapsed_s > t["long_capture_s"]]
-    if not (moved or jit or slow):
+    if not (moved or slow):
         return
     signs = ([f"compiled-kernel caches moved to SGLANG_CACHE_DIR ({line_ref(moved[0])})"] if moved else []) + \
-            ([f"DeepGEMM JIT lines ({line_ref(jit[0])})"] if jit else []) + \
             ([f"a {slow[0].elapsed_s:.0f} s graph capture ({line_ref(slow[0])})"] if slow else [])
-    yield finding("kernel-cache-cold", (*moved[:1], *jit[:1], *slow[:1]),
+    yield finding("kernel-cache-cold", (*moved[:1], *slow[:1]),
                   "This start-up likely compiled kernels from a cold cache: " + "; ".join(signs) + ".",
                   severity="info", title="Kernels were probably compiled cold",
                   action="Persist SGLANG_CACHE_DIR (and Triton/Inductor caches) across restarts; measure memory and "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Finding, rule
-from capdiag.rules._common import line_ref
+from capdiag.rules._common import is_vllm, line_ref
 
 # Lines that show the KV pool was sized: an out-of-memory error after one of these happened
 # in capture or serving, not in pool sizing.
@@ -28,21 +28,27 @@ def out_of_memory(kb):
     graph begin`.
 
     What to do: pool phase → raise the fraction (or add TP, shorten the context, use an fp8 KV
-    cache). Capture or serving → lower it, or shrink the graph batch sizes. vLLM profiling →
+    cache). Weights that do not fit while loading → more TP/PP or quantized weights (the fraction
+    does not bound the load). Capture or serving → lower it, or shrink the graph batch sizes. vLLM profiling →
     lower `--max-num-batched-tokens` / `--max-num-seqs` / `--max-model-len`, or add GPUs.
     """
     errors = [f for f in kb.of(F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, role=None)
               if not isinstance(f, F.VllmStartupError) or f.reason == "no-cache-memory"]
     if not errors:
         return
-    vllm = bool(kb.of(F.VllmVersion, F.VllmEngineConfig, F.VllmModelLoading, role=None))
+    vllm = is_vllm(kb)
     knob = "--gpu-memory-utilization" if vllm else "--mem-fraction-static"
     first = errors[0]
     before = [f for f in kb.facts if f.PHASE and f.evidence.line < first.evidence.line]
     phase = before[-1].PHASE if before else "init"
     sized = any(f.evidence.line < first.evidence.line for f in kb.of(*_POOL_SIZED, role=None))
+    loaded = any(f.evidence.line < first.evidence.line for f in kb.of(F.LoadWeightEnd, F.VllmModelLoading,
+                                                                         F.MemoryProfiling, F.VllmMemoryProfile,
+                                                                         role=None))
     if isinstance(first, (F.NotEnoughMemory, F.VllmStartupError)):
         direction, why = "raise", "the KV pool could not be sized within the static fraction"
+    elif not loaded and not sized and phase in ("init", "weights"):
+        direction, why = "weights", "the weights themselves did not fit while loading"
     elif vllm and not sized:
         direction, why = "profile", "the profiling forward pass ran out before the KV cache was sized"
     elif not sized:
@@ -59,6 +65,8 @@ def out_of_memory(kb):
                                      else " (or reduce the CUDA-graph capture sizes, or --enforce-eager)."),
         "profile": "Lower --max-num-batched-tokens, --max-num-seqs or --max-model-len, or add GPUs: "
                    "gpu_memory_utilization applies only after profiling.",
+        "weights": f"The static fraction does not bound weight loading, so changing {knob} cannot help: add TP/PP, "
+                   "use quantized weights, or free the GPU of other processes.",
     }[direction]
     yield Finding("finding", "out-of-memory", None, "out-of-memory",
                   tuple(p for p in (*errors, before[-1] if before else None) if p is not None),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import line_ref
+from capdiag.rules._common import line_ref, number_or_text
 
 # report key -> (engine-config field, argument name). The engine config holds resolved values.
 _FIELDS = {
@@ -15,16 +15,6 @@ _FIELDS = {
     "enforce_eager": ("enforce_eager", "enforce_eager"), "max_running_requests": (None, "max_num_seqs"),
     "block_size": (None, "block_size"), "max_num_batched_tokens": (None, "max_num_batched_tokens"),
 }
-
-
-def _number(text: str):
-    """A command-line value as the number it spells, else the text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 def _stated(value) -> bool:
@@ -62,7 +52,7 @@ def config(kb):
         for key, (_, arg) in _FIELDS.items():
             value = command.args.get(arg)
             if value is not None:
-                yield Derived("config", key, _number(value), "vllm.config", (command,),
+                yield Derived("config", key, number_or_text(value), "vllm.config", (command,),
                               f"launch command --{arg.replace('_', '-')} {value}")
     length = kb.first(F.VllmMaxModelLen, role=None)
     if length is not None:

@@ -34,10 +34,12 @@ class GpuSpec(Fact):
 
 @attrs.frozen(kw_only=True)
 class Options(Fact):
-    """What the user asked for: the target rank and the request lengths to size for."""
+    """What the user asked for (the target rank, the request lengths to size for) and the log's
+    framework."""
 
     target_rank: Optional[str] = None  # "3", "tp3", "pp1", "dp2,tp0" …
     token_lengths: tuple[int, ...] = (4096, 6144, 8192)
+    framework: Optional[str] = None  # the framework whose log this is (detected or --framework)
 
 
 @attrs.frozen(kw_only=True)

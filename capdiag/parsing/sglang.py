@@ -14,7 +14,7 @@ from lark import Lark, Token, Transformer
 
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
-from capdiag.parsing.parsed import Parsed
+from capdiag.parsing.parsed import Parsed, cli_option
 from capdiag.parsing.prose import read_oom_message
 from capdiag.resources import grammar_text
 
@@ -248,7 +248,7 @@ class _Lines(Transformer):
         return (F.KernelCacheNote, {})
 
     def cli_arg(self, items):
-        return (str(items[0]).lstrip("-").replace("-", "_"), str(items[1]) if len(items) > 1 else None)
+        return cli_option(items)
 
     def launch_command(self, items):
         program = str(items[0]).split()[-1]

@@ -12,7 +12,7 @@ from lark.exceptions import LarkError
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
 from capdiag.parsing.prose import name_numbers, read_oom_message, split_quantity
-from capdiag.parsing.parsed import Parsed
+from capdiag.parsing.parsed import Parsed, cli_option
 from capdiag.resources import grammar_text
 from capdiag.source import open_brackets
 
@@ -259,7 +259,7 @@ class _Lines(Transformer):
         return (F.VllmHybridBlockSize, {"block_size": int(items[0])})
 
     def cli_arg(self, items):
-        return (str(items[0]).lstrip("-").replace("-", "_"), str(items[1]) if len(items) > 1 else None)
+        return cli_option(items)
 
     def launch_command(self, items):
         words = [str(i) for i in items[1:] if isinstance(i, Token)]
