@@ -35,7 +35,7 @@ def startup_incomplete(kb):
     last = max(kb.facts, key=lambda f: f.evidence.line, default=None)
     if crash is not None:
         severity, title = "error", f"Start-up crashed during {_PHASE_WORDS[reached]}"
-        message = (f"A {'scheduler' if isinstance(crash, F.SchedulerException) else 'engine'} process failed "
+        message = (f"{'A scheduler' if isinstance(crash, F.SchedulerException) else 'An engine'} process failed "
                    f"({line_ref(crash)}); the last phase reached is {_PHASE_WORDS[reached]}.")
         premises = (crash, phase) + tuple(oom)
     elif budget is not None:
