@@ -44,6 +44,14 @@ class _Projection:
     def refuse(self, key: str, why: str):
         self.not_projected.append({"change": key, "reason": why})
 
+    def refuse_all(self, missing: list[str], premises) -> Derived:
+        """Nothing can be projected: every change not refused already needs what is missing."""
+        refused = {n["change"] for n in self.not_projected}
+        for key in self.changes:
+            if key not in refused:
+                self.refuse(key, "needs " + ", ".join(missing))
+        return _conclude(self, premises)
+
 
 def _foreign_keys(p: _Projection, framework: str):
     other = "vllm" if framework == "sglang" else "sglang"
@@ -158,10 +166,7 @@ def sglang(kb):
     if kb.first(F.MambaCacheAllocated, role=None) is not None:
         missing.append("a projection of the Mamba state pool (hybrid model)")
     if missing:
-        for key in request.changes:
-            if key not in [n["change"] for n in p.not_projected]:
-                p.refuse(key, "needs " + ", ".join(missing))
-        yield _conclude(p, premises)
+        yield p.refuse_all(missing, premises)
         return
     f_new = p.changes.get("mem_fraction_static", fraction.value)
     cell = float(per_token.value)
@@ -220,10 +225,7 @@ def vllm(kb):
                                     ("the available KV memory", kv), ("the pool's bytes per token", per_token))
                if d is None or not d.known]
     if missing:
-        for key in request.changes:
-            if key not in [n["change"] for n in p.not_projected]:
-                p.refuse(key, "needs " + ", ".join(missing))
-        yield _conclude(p, premises)
+        yield p.refuse_all(missing, premises)
         return
     u_new = p.changes.get("gpu_memory_utilization", util.value)
     cell = float(per_token.value)
