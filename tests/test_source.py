@@ -106,6 +106,23 @@ def test_request_traffic_is_filtered_before_parsing():
     assert [(l.number, l.text) for l in lines] == [(4, BEGIN)]
 
 
+def test_keyword_test_by_batch_keeps_numbers_across_batch_boundaries(monkeypatch):
+    from capdiag import source
+    monkeypatch.setattr(source, "BATCH", 3)
+    traffic = 'INFO:     127.0.0.1:51234 - "POST /generate HTTP/1.1" 200 OK'
+    physical = [traffic] * 10
+    physical[2], physical[3], physical[9] = BEGIN, f"\x1b[32mKV Cac\x1b[0mhe is allocated. #tokens: 1", KV.lower()
+    lines = candidates(*physical)
+    # the ANSI code inside the keyword is no obstacle, nor is the case of a keyword
+    assert [l.number for l in lines] == [3, 4, 10]
+    assert lines[1].text == "KV Cache is allocated. #tokens: 1"
+
+
+def test_a_caller_line_holding_a_newline_is_still_tested_alone():
+    lines = list(candidate_lines([(1, "noise\nmore noise"), (2, BEGIN), (3, "x\n" + KV)]))
+    assert [l.number for l in lines] == [2, 3]
+
+
 def test_wrapped_continuation_lines_are_joined():
     lines = candidates("Load weight end. elapsed=2415.46 s, type=Gemma4ForConditionalGeneration,",
                        "avail mem=97.30 GB, mem usage=15.56 GB.",
