@@ -10,7 +10,7 @@ from typing import Any, Optional
 from capdiag import facts as F
 from capdiag.analysis import Analysis
 from capdiag.engine import Derived, Finding, Unknown, evidence_chain
-from capdiag.observed import observed_by_rank
+from capdiag.observed import observed_by_rank, with_contract_keys
 from capdiag.parsing import framework_of
 from capdiag.rules import FINDING_RULES
 
@@ -112,7 +112,8 @@ def build(a: Analysis) -> dict[str, Any]:
         tags = _rank_tags(rank, facts)
         smi = kb.get("nvidia_smi", rank)
         segments = kb.value("rank_memory", rank) or {}
-        ranks.append({"rank": tags, "label": _label(tags) or "TP0", "observed": per_rank[rank],
+        ranks.append({"rank": tags, "label": _label(tags) or "TP0",
+                      "observed": with_contract_keys(per_rank[rank], a.framework),
                       "segments": [{"category": c, "gib": segments[c]} for c in SEGMENT_ORDER if c in segments],
                       "binding": binding is not None and binding.detail.get("rank") == rank,
                       "target": rank == target,
@@ -190,7 +191,7 @@ def build(a: Analysis) -> dict[str, Any]:
                 "total_source": (total_d.detail.get("source") if total_d is not None and total_d.known else None),
                 "total_derivation": total_d.formula if total_d is not None and total_d.known else _reason(total_d)},
         "target_rank": _label_of(target, facts) if target is not None else None,
-        "observed": per_rank.get(target, {}) if target is not None else {},
+        "observed": with_contract_keys(per_rank.get(target, {}) if target is not None else {}, a.framework),
         "ranks": ranks,
         "rank_columns": [heading for heading, _ in shown],
         "binding_rank": None if binding is None else {"label": binding.value, "derivation": binding.formula,

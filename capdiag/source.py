@@ -49,12 +49,13 @@ BATCH = 4096  # physical lines tested at once
 # (never across a newline: the prefilter strips it from a batch of joined lines)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\n]*\x07")
 # Transport prefixes, outermost first: markdown bullet, compose service (`sglang-1  | `),
-# kubectl --timestamps (RFC 3339), Docker Desktop's host time in front of the log's own.
+# kubectl --timestamps (RFC 3339), Docker Desktop's host time in front of the log's own header
+# (SGLang's `[date`, vLLM's `(process` or `LEVEL `).
 _TRANSPORT = re.compile(
     r"^(?:[-*] (?=\S))?"
     r"(?:[\w.\-]+\s+\|\s)?"
     r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s)?"
-    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s(?=\[))?"
+    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s(?=\[|\(\w|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ))?"
 )
 # A log line glued after a progress bar that had no newline: split before its prefix.
 _GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")

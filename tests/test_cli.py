@@ -54,6 +54,11 @@ def test_explain_json_is_the_report_contract():
     rows = {r["category"]: r["gib"] for r in report["breakdown"]}
     assert (rows["weights"], rows["kv_cache"], rows["cuda_graph"]) == (15.1, 48.82, 1.6)
     assert [c["max_concurrent"] for c in report["concurrency"]] == [48, 48, 48]
+    # every observed key the contract names is there, null where the log does not print it
+    from capdiag.observed import CONTRACT_KEYS, OOM_KEYS
+    for observed in [report["observed"]] + [r["observed"] for r in report["ranks"]]:
+        assert set(CONTRACT_KEYS["sglang"] + OOM_KEYS) <= set(observed)
+    assert report["observed"]["weight_mem_usage_gib"] == 15.1 and report["observed"]["kv_size_gib"] is None
 
 
 def test_explain_markdown_if_available():

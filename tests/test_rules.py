@@ -64,7 +64,7 @@ def test_weights_unknown_in_overlap_mode():
     assert lines_of(r) == [8]  # the `Committed real weights` line
     # nothing downstream pretends to know it
     assert row(rep, "unattributed")["gib"] is None
-    assert "weight_mem_usage_gib" not in rep["observed"]
+    assert rep["observed"]["weight_mem_usage_gib"] is None
 
 
 # ---- KV cache --------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def test_kv_cache_post_capture_supersedes_the_va_reservation():
     r = row(rep, "kv_cache")
     assert (r["gib"], r["status"]) == (114.2, "measured") and lines_of(r) == [9]
     # the VA upper bound (58.04 + 58.04) is a reservation, never reported as an allocation
-    assert "k_size_gib" not in rep["observed"] and "kv_size_gib" not in rep["observed"]
+    assert rep["observed"]["k_size_gib"] is None and rep["observed"]["kv_size_gib"] is None
     assert rep["observed"]["post_capture_kv_size_gib"] == 114.2
     assert rep["observed"]["post_capture_kv_tokens"] == 2993664
 
@@ -484,7 +484,7 @@ def test_ranks_table_lists_every_rank():
     tp1 = rep["ranks"][1]
     assert tp1["observed"]["weight_mem_usage_gib"] == 16.25 and tp1["observed"]["kv_size_gib"] == 45.0
     assert {k: tp1["rank"][k] for k in ("tp", "dp", "pp", "ep")} == {"tp": 1, "dp": None, "pp": None, "ep": None}
-    assert "max_total_num_tokens" not in tp1["observed"]  # only TP0 prints it
+    assert tp1["observed"]["max_total_num_tokens"] is None  # only TP0 prints it
 
 
 # ---- launches -----------------------------------------------------------------------------------

@@ -86,6 +86,13 @@ def test_docker_host_time_is_not_taken_for_the_log_time():
     # the host clock differs from the container's; only the log's own bracket survives
     text = clean("2025-02-04 21:21:33 [2025-02-04 05:21:33 TP0] Memory pool end. avail mem=9.31 GB")[0]
     assert text == "[2025-02-04 05:21:33 TP0] Memory pool end. avail mem=9.31 GB"
+    # in front of vLLM's headers too: a process tag or a level name
+    vllm = "INFO 09-15 11:20:30 [gpu_worker.py:298] Available KV cache memory: 54.78 GiB"
+    assert clean("2025-09-15 11:20:30 " + vllm) == [vllm]
+    tagged = "(EngineCore_DP0 pid=91877) " + vllm
+    assert clean("2025-09-15 11:20:30.123 " + tagged) == [tagged]
+    # a line of the server's own that merely starts with a date keeps it
+    assert clean("2025-09-15 11:20:30 the model was cached") == ["2025-09-15 11:20:30 the model was cached"]
 
 
 def test_bare_untagged_line_keeps_its_text():
