@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from capdiag import cli
 from capdiag.cli import main
-from helpers import fixture
+# test_gate, test_ruledocs and test_whatif_plan_diff import run_entry from here
+from helpers import fixture, run_entry
 
 LOG = fixture("single_gpu_ready.log")
 CAPDIAG = Path(sys.executable).with_name("capdiag")
@@ -21,18 +21,6 @@ def invoke(*args: str):
     """`main` as the entry point calls it (standalone_mode=False): errors come back as exceptions."""
     result = CliRunner().invoke(main, list(args), standalone_mode=False, catch_exceptions=True)
     return result
-
-
-def run_entry(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """capdiag.cli.run() in process, as the console script calls it."""
-    monkeypatch.setattr(sys, "argv", ["capdiag", *args])
-    code = 0
-    try:
-        cli.run()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---- explain --------------------------------------------------------------------------------

@@ -5,8 +5,6 @@ tolerances), one log per test so a regression names its log. Skipped without ../
 from __future__ import annotations
 
 import json
-import math
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,8 @@ import pytest
 from capdiag.analysis import analyse
 from capdiag.render import render
 from capdiag.report import build
-from helpers import corpus_logs
+from helpers import (breakdown_gib, check_breakdown_row, close, corpus_id, corpus_logs,
+                     corpus_report, max_concurrent, truth_same)
 
 # as in corpus_check.py
 SGLANG_CONFIG = {"tp_size": "tp_size", "model_path": "model", "mem_fraction_static": "mem_fraction_static"}
@@ -30,33 +29,9 @@ if not LOGS:
     pytestmark = pytest.mark.skip(reason="shared corpus (../shared) is absent")
 
 
-def _id(path: Path) -> str:
-    return path.name.split("-")[0]
-
-
 def sglang_key(k: str) -> str:
     k = SGLANG_RENAME.get(k, k)
     return k[:-3] + "_gib" if k.endswith("_gb") else k
-
-
-def same(a, b) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
-    if isinstance(a, str) and isinstance(b, str):
-        return a.strip() == b.strip()
-    return a == b
-
-
-def close(want, got, tol) -> bool:
-    return isinstance(got, (int, float)) and not isinstance(got, bool) and abs(float(want) - float(got)) <= tol
-
-
-@lru_cache(maxsize=None)
-def report_for(path: str) -> dict:
-    """The JSON contract exactly as `capdiag explain --format json` prints it."""
-    return json.loads(render(build(analyse(path)), "json"))
 
 
 def truth_for(path: Path) -> dict:
@@ -71,38 +46,29 @@ def rank_observed(report: dict, tp: str):
     return None
 
 
-def breakdown(report: dict, category: str):
-    return next((row.get("gib") for row in report.get("breakdown") or [] if row.get("category") == category), None)
-
-
-def concurrency(report: dict, tokens: int):
-    return next((row.get("max_concurrent") for row in report.get("concurrency") or []
-                 if row.get("request_tokens") == tokens), None)
-
-
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_framework_and_schema(log):
-    truth, report = truth_for(log), report_for(str(log))
+    truth, report = truth_for(log), corpus_report(str(log))
     assert truth["framework"] == "sglang"
     assert report["framework"] == "sglang" and report["schema"] == "capdiag.report/1"
     for key in ("source", "config", "gpu", "observed", "ranks", "breakdown", "concurrency", "findings"):
         assert key in report
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_config(log):
-    truth, config = truth_for(log), report_for(str(log))["config"]
+    truth, config = truth_for(log), corpus_report(str(log))["config"]
     bad = [f"{rk}: want {truth[tk]!r}, got {config.get(rk)!r}" for tk, rk in SGLANG_CONFIG.items()
-           if truth.get(tk) is not None and not same(truth[tk], config.get(rk))]
+           if truth.get(tk) is not None and not truth_same(truth[tk], config.get(rk))]
     assert not bad
     # a fraction the log does not state is not filled in (SGLang's 0.88 fallback included)
     if truth.get("mem_fraction_static") is None:
         assert config.get("mem_fraction_static") is None
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_observed_per_rank(log):
-    truth, report = truth_for(log), report_for(str(log))
+    truth, report = truth_for(log), corpus_report(str(log))
     bad, scored = [], 0
     for tp, values in sorted((truth.get("ranks") or {}).items(), key=lambda kv: int(kv[0])):
         targets = [("rank0", report.get("observed") or {})] if tp == "0" else []
@@ -118,52 +84,46 @@ def test_observed_per_rank(log):
                         bad.append(f"{where} {key}: invented {got.get(key)!r} (the log shows no value)")
                     continue
                 scored += 1
-                if not same(want, got.get(key)):
+                if not truth_same(want, got.get(key)):
                     bad.append(f"{where} {key}: want {want!r}, got {got.get(key)!r}")
     assert not bad, "\n".join(bad)
     assert scored > 0 or all(v is None for r in truth["ranks"].values() for v in r.values())
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_derived(log):
-    truth, report = truth_for(log), report_for(str(log))
+    truth, report = truth_for(log), corpus_report(str(log))
     r0 = (truth.get("ranks") or {}).get("0") or {}
     bad = []
     weights = r0.get("weight_mem_usage_gb")
     if weights is None and r0.get("load_weight_begin_avail_gb") is not None and r0.get("load_weight_end_avail_gb") is not None:
         weights = round(r0["load_weight_begin_avail_gb"] - r0["load_weight_end_avail_gb"], 2)
-    if weights is not None and not close(weights, breakdown(report, "weights"), 0.021):
-        bad.append(f"breakdown.weights: want {weights}, got {breakdown(report, 'weights')}")
+    if weights is not None and not close(weights, breakdown_gib(report, "weights"), 0.021):
+        bad.append(f"breakdown.weights: want {weights}, got {breakdown_gib(report, 'weights')}")
     hybrid = any(k.startswith(("mamba", "swa", "sw_kv")) for k in r0)
     kv = r0.get("kv_size_gb")
     if kv is None and r0.get("k_size_gb") is not None and r0.get("v_size_gb") is not None:
         kv = r0["k_size_gb"] + r0["v_size_gb"]
-    if kv is not None and not hybrid and not close(kv, breakdown(report, "kv_cache"), 0.021):
-        bad.append(f"breakdown.kv_cache: want {kv}, got {breakdown(report, 'kv_cache')}")
+    if kv is not None and not hybrid and not close(kv, breakdown_gib(report, "kv_cache"), 0.021):
+        bad.append(f"breakdown.kv_cache: want {kv}, got {breakdown_gib(report, 'kv_cache')}")
     graphs = [v for k, v in r0.items()
               if k.endswith("cuda_graph_mem_usage_gb") and not k.startswith("draft_") and v is not None]
-    if graphs and not close(round(sum(graphs), 2), breakdown(report, "cuda_graph"), 0.011 * max(1, len(graphs))):
-        bad.append(f"breakdown.cuda_graph: want {round(sum(graphs), 2)}, got {breakdown(report, 'cuda_graph')}")
+    if graphs and not close(round(sum(graphs), 2), breakdown_gib(report, "cuda_graph"), 0.011 * max(1, len(graphs))):
+        bad.append(f"breakdown.cuda_graph: want {round(sum(graphs), 2)}, got {breakdown_gib(report, 'cuda_graph')}")
     tokens, reqs = r0.get("max_total_num_tokens"), r0.get("max_running_requests")
-    if tokens is not None and reqs is not None and concurrency(report, 4096) != min(tokens // 4096, reqs):
-        bad.append(f"concurrency@4096: want {min(tokens // 4096, reqs)}, got {concurrency(report, 4096)}")
+    if tokens is not None and reqs is not None and max_concurrent(report, 4096) != min(tokens // 4096, reqs):
+        bad.append(f"concurrency@4096: want {min(tokens // 4096, reqs)}, got {max_concurrent(report, 4096)}")
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_breakdown_rows_are_consistent(log):
-    """Every row is measured/derived with a number, or unknown with a reason and no number."""
-    for row in report_for(str(log))["breakdown"]:
-        assert row["status"] in ("measured", "derived", "unknown"), row
-        if row["status"] == "unknown":
-            assert row["gib"] is None and row["mib"] is None and row["derivation"], row
-        else:
-            assert isinstance(row["gib"], (int, float)) and row["mib"] == round(row["gib"] * 1024), row
-            assert row["derivation"] and row["evidence"], row
-            assert all(e["line"] >= 0 and e["text"] for e in row["evidence"]), row
+    """Every row is measured/derived with a number and cited lines, or unknown with a reason."""
+    for row in corpus_report(str(log))["breakdown"]:
+        check_breakdown_row(row)
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_renders(log):
     report = build(analyse(str(log)))
     text = render(report, "text")

@@ -22,48 +22,14 @@ Nested reprs in `fields` are spelled {"__call__": "Name", kw: value, ...}; tuple
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from capdiag import facts as F
 from capdiag.parsing.sglang import parse_sglang_line
-from helpers import GRAMMAR_CASES, dump, jsonable, rank_tags, same
+from helpers import GRAMMAR_CASES, case_params, check_case_fact, dump, load_case_files
 
-
-def load_cases(directory: Path = GRAMMAR_CASES):
-    """[(id, line, expect, xfail_reason)] for every case file."""
-    cases = []
-    for path in sorted(directory.glob("*.txt")):
-        line, xfail, line_no = None, None, 0
-        for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if raw.startswith("LINE: "):
-                assert line is None, f"{path.name}:{n}: LINE without EXPECT before it"
-                line, line_no = raw[len("LINE: "):], n
-            elif raw.startswith("LINE_JSON: "):
-                assert line is None, f"{path.name}:{n}: LINE without EXPECT before it"
-                line, line_no = json.loads(raw[len("LINE_JSON: "):]), n
-            elif raw.startswith("XFAIL: "):
-                xfail = raw[len("XFAIL: "):]
-            elif raw.startswith("EXPECT: "):
-                assert line is not None, f"{path.name}:{n}: EXPECT without LINE"
-                cases.append((f"{path.stem}:{line_no}", line, json.loads(raw[len("EXPECT: "):]), xfail))
-                line, xfail = None, None
-            else:
-                assert raw.strip() == "" or raw.startswith("#"), f"{path.name}:{n}: unknown line {raw!r}"
-        assert line is None, f"{path.name}: a LINE at the end has no EXPECT"
-    return cases
-
-
-CASES = load_cases()
+CASES = load_case_files(GRAMMAR_CASES)
 POSITIVE = [c for c in CASES if c[2] is not None]
-
-
-def _params(cases):
-    return [pytest.param(line, expect, id=case_id,
-                         marks=[pytest.mark.xfail(strict=True, reason=xfail)] if xfail else [])
-            for case_id, line, expect, xfail in cases]
 
 
 def check_parsed(line: str, expect) -> None:
@@ -72,23 +38,11 @@ def check_parsed(line: str, expect) -> None:
         assert parsed is None, f"must not parse, got {parsed.cls.__name__} {dump(parsed.values)}"
         return
     assert parsed is not None, "the line did not parse"
-    assert parsed.cls.__name__ == expect["cls"]
-    assert rank_tags(parsed.rank) == expect.get("rank", {})
-    for key, want in expect.get("values", {}).items():
-        # a value the line does not print may be left out of the values or be None
-        assert key in parsed.values or want is None, f"no value {key!r} in {sorted(parsed.values)}"
-        got = jsonable(parsed.values.get(key))
-        assert same(got, want), f"{key}: want {want!r}, got {got!r}"
-    if "fields" in expect:
-        fields = jsonable(parsed.values["fields"])
-        for key, want in expect["fields"].items():
-            assert key in fields, f"field {key!r} missing; have {sorted(fields)}"
-            assert same(fields[key], want), f"field {key}: want {want!r}, got {fields[key]!r}"
-    if "field_count" in expect:
-        assert len(parsed.values["fields"]) == expect["field_count"], sorted(parsed.values["fields"])
+    # an SGLang case lists the values under "values"
+    check_case_fact(parsed, expect, expect.get("values", {}))
 
 
-@pytest.mark.parametrize("line, expect", _params(CASES))
+@pytest.mark.parametrize("line, expect", case_params(CASES))
 def test_case(line, expect):
     check_parsed(line, expect)
 

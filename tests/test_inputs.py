@@ -9,19 +9,17 @@ case, with the arithmetic beside it.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from capdiag import cli
 from capdiag import facts as F
 from capdiag.analysis import analyse
 from capdiag.errors import InputError
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.report import build
-from helpers import SGLANG_CORPUS, TESTS, fixture, write_log
+from helpers import SGLANG_CORPUS, TESTS, fixture, row, run_entry, write_log
 
 INPUTS = TESTS / "inputs"
 GIB = 1 << 30
@@ -32,22 +30,6 @@ def inp(name: str) -> str:
     path = INPUTS / name
     assert path.exists(), f"missing input {path}"
     return str(path)
-
-
-def row(rep: dict, category: str):
-    return next((r for r in rep["breakdown"] if r["category"] == category), None)
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """capdiag.cli.run() in process, as the console script calls it."""
-    monkeypatch.setattr(sys, "argv", ["capdiag", *args])
-    code = 0
-    try:
-        cli.run()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ==== nvidia-smi ===============================================================================
@@ -119,7 +101,7 @@ def test_smi_missing_file_is_an_input_error():
 
 @pytest.mark.parametrize("name", ["smi_bad_five_columns_noheader.csv", "smi_bad_empty.txt", "smi_bad_garbage.txt"])
 def test_cli_bad_smi_exits_2(monkeypatch, capsys, name):
-    code, out, err = run_cli(monkeypatch, capsys, "explain", VLLM_TP2, "--nvidia-smi-file", inp(name))
+    code, out, err = run_entry(monkeypatch, capsys, "explain", VLLM_TP2, "--nvidia-smi-file", inp(name))
     assert code == 2 and out == "" and err.startswith("capdiag: error:")
 
 
@@ -127,7 +109,7 @@ def test_cli_bad_smi_exits_2(monkeypatch, capsys, name):
                                   "smi_table_driver525_v100.txt", "smi_table_driver570_h100.txt",
                                   "smi_table_gb10.txt"])
 def test_cli_good_smi_exits_0(monkeypatch, capsys, name):
-    code, out, err = run_cli(monkeypatch, capsys, "explain", VLLM_TP2, "--nvidia-smi-file", inp(name),
+    code, out, err = run_entry(monkeypatch, capsys, "explain", VLLM_TP2, "--nvidia-smi-file", inp(name),
                              "--format", "json")
     assert code == 0, err
     assert json.loads(out)["nvidia_smi"]["gpus"] >= 1
@@ -288,7 +270,7 @@ def test_gb10_is_nominal_and_shares_system_memory():
 def test_unknown_gpu_alias_is_an_input_error(monkeypatch, capsys):
     with pytest.raises(InputError):
         analyse(VLLM_TP2, gpu="no-such-gpu")
-    code, _, err = run_cli(monkeypatch, capsys, "explain", VLLM_TP2, "--gpu", "no-such-gpu")
+    code, _, err = run_entry(monkeypatch, capsys, "explain", VLLM_TP2, "--gpu", "no-such-gpu")
     assert code == 2 and "gpu-specs" in err
 
 
@@ -404,5 +386,5 @@ def test_nested_text_config_is_lifted(tmp_path):
 def test_bad_config_json_is_an_input_error(monkeypatch, capsys, name):
     with pytest.raises(InputError):
         read_model_config(inp(name))
-    code, out, err = run_cli(monkeypatch, capsys, "explain", VLLM_TP2, "--config-json", inp(name))
+    code, out, err = run_entry(monkeypatch, capsys, "explain", VLLM_TP2, "--config-json", inp(name))
     assert code == 2 and err.startswith("capdiag: error:")

@@ -12,7 +12,7 @@ import pytest
 from capdiag.analysis import analyse
 from capdiag.errors import InputError
 from capdiag.report import build
-from helpers import FIXTURES as FIXTURE_DIR, fixture, write_log
+from helpers import FIXTURES as FIXTURE_DIR, conc, finding, fixture, lines_of, row, write_log
 
 GIB = 1 << 30
 
@@ -24,22 +24,6 @@ def _analysis(name: str, **kw):
 
 def report(name: str, **kw) -> dict:
     return build(_analysis(name, **{k: v for k, v in kw.items()}))
-
-
-def row(rep: dict, category: str):
-    return next((r for r in rep["breakdown"] if r["category"] == category), None)
-
-
-def conc(rep: dict, tokens: int):
-    return next(c for c in rep["concurrency"] if c["request_tokens"] == tokens)
-
-
-def finding(rep: dict, name: str):
-    return next((f for f in rep["findings"] if f["rule"] == name), None)
-
-
-def lines_of(r) -> list[int]:
-    return [e["line"] for e in r["evidence"]]
 
 
 # ---- weights ---------------------------------------------------------------------------------

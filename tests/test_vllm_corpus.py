@@ -7,8 +7,6 @@ both corpora, the vLLM start-up evidence section, and the two-attempt log. Skipp
 from __future__ import annotations
 
 import json
-import math
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,8 @@ from capdiag.parsing.vllm import parse_vllm_line
 from capdiag.render import render
 from capdiag.report import build
 from capdiag.source import candidate_lines, physical_lines
-from helpers import SGLANG_CORPUS, SHARED
+from helpers import (SGLANG_CORPUS, SHARED, breakdown_gib, check_breakdown_row, close, corpus_id,
+                     corpus_report, max_concurrent, truth_same)
 
 VLLM_CORPUS = SHARED / "corpus" / "vllm"
 
@@ -49,45 +48,12 @@ if not LOGS:
     pytestmark = pytest.mark.skip(reason="shared vLLM corpus (../shared) is absent")
 
 
-def _id(path: Path) -> str:
-    return path.name.split("-")[0]
-
-
 def by_id(prefix: str) -> Path:
     return next(p for p in ALL_VLLM if p.name.startswith(prefix + "-"))
 
 
-def same(a, b) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
-    if isinstance(a, str) and isinstance(b, str):
-        return a.strip() == b.strip()
-    return a == b
-
-
-def close(want, got, tol=0.011) -> bool:
-    return isinstance(got, (int, float)) and not isinstance(got, bool) and abs(float(want) - float(got)) <= tol
-
-
-@lru_cache(maxsize=None)
-def report_for(path: str) -> dict:
-    """The JSON contract exactly as `capdiag explain --format json` prints it."""
-    return json.loads(render(build(analyse(path)), "json"))
-
-
 def truth_for(log: Path) -> dict:
     return json.loads(truth_path(log).read_text())
-
-
-def breakdown(report: dict, category: str):
-    return next((r.get("gib") for r in report.get("breakdown") or [] if r.get("category") == category), None)
-
-
-def concurrency(report: dict, tokens: int):
-    return next((r.get("max_concurrent") for r in report.get("concurrency") or [] if r.get("request_tokens") == tokens),
-                None)
 
 
 # Where capdiag and the truth file differ on purpose: (log id, key) -> capdiag's value.
@@ -102,9 +68,9 @@ KNOWN_DIFFERENCES = {
 }
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_framework_and_schema(log):
-    truth, report = truth_for(log), report_for(str(log))
+    truth, report = truth_for(log), corpus_report(str(log))
     assert truth["framework"] == "vllm"
     assert report["framework"] == "vllm" and report["schema"] == "capdiag.report/1"
     for key in ("source", "config", "gpu", "observed", "ranks", "breakdown", "concurrency", "findings",
@@ -112,84 +78,79 @@ def test_framework_and_schema(log):
         assert key in report
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_config(log):
-    truth, config = truth_for(log), report_for(str(log))["config"]
+    truth, config = truth_for(log), corpus_report(str(log))["config"]
     scored = [(tk, rk) for tk, rk in VLLM_CONFIG.items() if truth.get(tk) is not None]
     bad = [f"{rk}: want {truth[tk]!r}, got {config.get(rk)!r}" for tk, rk in scored
-           if not same(truth[tk], config.get(rk))]
+           if not truth_same(truth[tk], config.get(rk))]
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_observed_rank0(log):
-    truth, report = truth_for(log), report_for(str(log))
+    truth, report = truth_for(log), corpus_report(str(log))
     got = report.get("observed") or {}
     bad = []
     for key in VLLM_OBSERVED:
-        known = KNOWN_DIFFERENCES.get((_id(log), key), "-")
+        known = KNOWN_DIFFERENCES.get((corpus_id(log), key), "-")
         if known != "-":
             if got.get(key) != known:
                 bad.append(f"{key}: capdiag's known value is {known!r}, got {got.get(key)!r}")
         elif truth.get(key) is None:
             if got.get(key) is not None:
                 bad.append(f"{key}: invented {got.get(key)!r} (the log shows no value for rank 0)")
-        elif not same(truth[key], got.get(key)):
+        elif not truth_same(truth[key], got.get(key)):
             bad.append(f"{key}: want {truth[key]!r}, got {got.get(key)!r}")
     mc = truth.get("max_concurrency") or {}
     for key, want in (("max_concurrency_tokens", mc.get("tokens")), ("max_concurrency_x", mc.get("x"))):
-        if want is not None and not same(want, got.get(key)):
+        if want is not None and not truth_same(want, got.get(key)):
             bad.append(f"{key}: want {want!r}, got {got.get(key)!r}")
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_derived(log):
-    truth, report = truth_for(log), report_for(str(log))
+    truth, report = truth_for(log), corpus_report(str(log))
     bad = []
     weights = truth.get("model_loading_gib")
-    if weights is not None and not close(weights, breakdown(report, "weights")):
-        bad.append(f"breakdown.weights: want {weights}, got {breakdown(report, 'weights')}")
+    if weights is not None and not close(weights, breakdown_gib(report, "weights")):
+        bad.append(f"breakdown.weights: want {weights}, got {breakdown_gib(report, 'weights')}")
     kv = truth.get("available_kv_cache_gib")
-    if kv is not None and kv >= 0 and not close(kv, breakdown(report, "kv_cache")):
-        bad.append(f"breakdown.kv_cache: want {kv}, got {breakdown(report, 'kv_cache')}")
+    if kv is not None and kv >= 0 and not close(kv, breakdown_gib(report, "kv_cache")):
+        bad.append(f"breakdown.kv_cache: want {kv}, got {breakdown_gib(report, 'kv_cache')}")
     graphs = truth.get("graph_capture_gib")
-    if graphs is not None and graphs >= 0 and not close(graphs, breakdown(report, "cuda_graph")):
-        bad.append(f"breakdown.cuda_graph: want {graphs}, got {breakdown(report, 'cuda_graph')}")
+    if graphs is not None and graphs >= 0 and not close(graphs, breakdown_gib(report, "cuda_graph")):
+        bad.append(f"breakdown.cuda_graph: want {graphs}, got {breakdown_gib(report, 'cuda_graph')}")
     if truth.get("kv_cache_tokens") is not None and truth.get("attempts") is None:
-        want = KNOWN_DIFFERENCES.get((_id(log), "concurrency@4096"), truth["kv_cache_tokens"] // 4096)
-        if concurrency(report, 4096) != want:
-            bad.append(f"concurrency@4096: want {want}, got {concurrency(report, 4096)}")
+        want = KNOWN_DIFFERENCES.get((corpus_id(log), "concurrency@4096"), truth["kv_cache_tokens"] // 4096)
+        if max_concurrent(report, 4096) != want:
+            bad.append(f"concurrency@4096: want {want}, got {max_concurrent(report, 4096)}")
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_breakdown_rows_are_consistent(log):
-    """Every row is measured/derived with a number and evidence, or unknown with a reason."""
-    for row in report_for(str(log))["breakdown"]:
-        assert row["status"] in ("measured", "derived", "unknown"), row
-        if row["status"] == "unknown":
-            assert row["gib"] is None and row["mib"] is None and row["derivation"], row
-        else:
-            assert isinstance(row["gib"], (int, float)) and row["mib"] == round(row["gib"] * 1024), row
-            assert row["derivation"] and row["evidence"], row
+    """Every row is measured/derived with a number and cited lines, or unknown with a reason."""
+    for row in corpus_report(str(log))["breakdown"]:
+        check_breakdown_row(row)
 
 
 # ---- the two known differences, spelled out ---------------------------------------------------
 
 def test_018_takes_the_least_of_the_per_worker_kv_sizes():
-    truth, report = truth_for(by_id("018")), report_for(str(by_id("018")))
+    truth, report = truth_for(by_id("018")), corpus_report(str(by_id("018")))
     printed = truth["kv_cache_tokens_all_printed"]
     assert report["kv_pool"]["tokens"] == min(printed) == 1590736
     assert "least of 8 per-worker lines" in report["kv_pool"]["derivation"]["tokens"]
-    assert concurrency(report, 4096) == 1590736 // 4096 == 388
+    assert max_concurrent(report, 4096) == 1590736 // 4096 == 388
     assert truth["kv_cache_tokens"] // 4096 == 389  # the truth file's figure, from the first line printed
     # the observed value stays the first line printed, as the truth has it
     assert report["observed"]["kv_cache_tokens"] == truth["kv_cache_tokens"] == 1594928
 
 
 def test_407_total_is_printed_by_a_worker_only():
-    truth, report = truth_for(by_id("407")), report_for(str(by_id("407")))
+    truth, report = truth_for(by_id("407")), corpus_report(str(by_id("407")))
     assert truth["total_gpu_memory_gib"] == 23.58
     assert report["observed"].get("total_gpu_memory_gib") is None
     worker = next(r for r in report["ranks"] if r["rank"]["process"] == "VllmWorkerProcess pid=280")
@@ -200,13 +161,13 @@ def test_407_total_is_printed_by_a_worker_only():
 
 # ---- framework detection on both corpora ------------------------------------------------------
 
-@pytest.mark.parametrize("log", ALL_VLLM, ids=_id)
+@pytest.mark.parametrize("log", ALL_VLLM, ids=corpus_id)
 def test_vllm_logs_are_detected_as_vllm(log):
     _, framework, _ = read_log(str(log))
     assert framework == "vllm"
 
 
-@pytest.mark.parametrize("log", ALL_SGLANG, ids=_id)
+@pytest.mark.parametrize("log", ALL_SGLANG, ids=corpus_id)
 def test_sglang_logs_are_detected_as_sglang(log):
     _, framework, _ = read_log(str(log))
     assert framework == "sglang"
@@ -228,9 +189,9 @@ def _vllm_statements(path: str, first: int, last: int) -> list[tuple[int, str]]:
     return out
 
 
-@pytest.mark.parametrize("log", LOGS, ids=_id)
+@pytest.mark.parametrize("log", LOGS, ids=corpus_id)
 def test_startup_evidence_lists_every_statement_in_line_order(log):
-    report = report_for(str(log))
+    report = corpus_report(str(log))
     evidence = report["framework_evidence"]
     assert evidence, "a vLLM log recognised with no vLLM statement"
     got = [(e["line"], e["kind"]) for e in evidence]
@@ -240,7 +201,7 @@ def test_startup_evidence_lists_every_statement_in_line_order(log):
     assert all(e["kind"].startswith("Vllm") and e["text"] for e in evidence)
 
 
-@pytest.mark.parametrize("log", [pytest.param(p, id=_id(p)) for p in LOGS if _id(p) in ("001", "015", "019", "411")])
+@pytest.mark.parametrize("log", [pytest.param(p, id=corpus_id(p)) for p in LOGS if corpus_id(p) in ("001", "015", "019", "411")])
 def test_startup_evidence_is_rendered(log):
     report = build(analyse(str(log)))
     text = render(report, "text")
@@ -266,7 +227,7 @@ def framework_of_kind(kind: str) -> str:
 # ---- 019: a failed start-up, then a retry -----------------------------------------------------
 
 def test_019_analyses_the_retry_and_lists_the_failed_attempt():
-    truth, report = truth_for(by_id("019")), report_for(str(by_id("019")))
+    truth, report = truth_for(by_id("019")), corpus_report(str(by_id("019")))
     source = report["source"]
     assert truth["attempts"] == 2 == source["launches"]
     assert source["analyzed_launch"] == 2 and source["ready"] is True

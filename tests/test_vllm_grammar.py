@@ -24,45 +24,17 @@ Nested reprs in `fields` are spelled {"__call__": "Name", kw: value, ...}, tuple
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from capdiag import facts as F
 from capdiag.parsing.vllm import parse_vllm_line, rank_of
 from capdiag.source import candidate_lines, clean
-from helpers import TESTS, dump, jsonable, rank_tags, same
+from helpers import TESTS, case_params, check_case_fact, dump, jsonable, load_case_files, rank_tags
 
 VLLM_CASES = TESTS / "vllm_cases"
 _RESERVED = ("cls", "rank", "fields", "field_count")
 
-
-def load_cases(directory: Path = VLLM_CASES):
-    """[(id, line, expect, xfail_reason)] for every case file, in file order."""
-    cases = []
-    for path in sorted(directory.glob("*.txt")):
-        line, xfail, line_no = None, None, 0
-        for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if raw.startswith(("LINE: ", "LINE_JSON: ")):
-                assert line is None, f"{path.name}:{n}: a LINE without its EXPECT before it"
-                line = raw[len("LINE: "):] if raw.startswith("LINE: ") else json.loads(raw[len("LINE_JSON: "):])
-                line_no = n
-            elif raw.startswith("XFAIL: "):
-                assert line is None, f"{path.name}:{n}: XFAIL goes before its LINE"
-                xfail = raw[len("XFAIL: "):]
-            elif raw.startswith("EXPECT: "):
-                assert line is not None, f"{path.name}:{n}: EXPECT without LINE"
-                cases.append((f"{path.stem}:{line_no}", line, json.loads(raw[len("EXPECT: "):]), xfail))
-                line, xfail = None, None
-            else:
-                assert raw.strip() == "" or raw.startswith("#"), f"{path.name}:{n}: unknown line {raw!r}"
-        assert line is None, f"{path.name}: the last LINE has no EXPECT"
-        assert xfail is None, f"{path.name}: an XFAIL at the end has no case"
-    return cases
-
-
-CASES = load_cases()
+CASES = load_case_files(VLLM_CASES)
 POSITIVE = [c for c in CASES if c[2] is not None]
 
 
@@ -70,33 +42,14 @@ def _expected(expect) -> list[dict]:
     return [] if expect is None else expect if isinstance(expect, list) else [expect]
 
 
-def _params(cases):
-    return [pytest.param(line, expect, id=case_id,
-                         marks=[pytest.mark.xfail(strict=True, reason=xfail)] if xfail else [])
-            for case_id, line, expect, xfail in cases]
-
-
 def check_fact(parsed, want: dict) -> None:
-    assert parsed.cls.__name__ == want["cls"], f"class: want {want['cls']}, got {parsed.cls.__name__}"
-    assert rank_tags(parsed.rank) == want.get("rank", {}), f"rank: got {rank_tags(parsed.rank)}"
-    for key, value in want.items():
-        if key in _RESERVED:
-            continue
-        assert key in parsed.values or value is None, f"no value {key!r} in {sorted(parsed.values)}"
-        got = jsonable(parsed.values.get(key))
-        assert same(got, value), f"{key}: want {value!r}, got {got!r}"
-    if "fields" in want:
-        fields = jsonable(parsed.values["fields"])
-        for key, value in want["fields"].items():
-            assert key in fields, f"field {key!r} missing; have {sorted(fields)}"
-            assert same(fields[key], value), f"field {key}: want {value!r}, got {fields[key]!r}"
-    if "field_count" in want:
-        assert len(parsed.values["fields"]) == want["field_count"], sorted(parsed.values["fields"])
+    # a vLLM case lists the values beside the reserved keys
+    check_case_fact(parsed, want, {k: v for k, v in want.items() if k not in _RESERVED})
     # the fact class accepts exactly what the parser hands it
     parsed.cls(evidence=F.Evidence(1, "x"), rank=parsed.rank, **parsed.values)
 
 
-@pytest.mark.parametrize("line, expect", _params(CASES))
+@pytest.mark.parametrize("line, expect", case_params(CASES))
 def test_case(line, expect):
     parsed = parse_vllm_line(line)
     wanted = _expected(expect)

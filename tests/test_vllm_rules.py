@@ -15,28 +15,12 @@ from capdiag.analysis import analyse
 from capdiag.errors import InputError
 from capdiag.render import render
 from capdiag.report import build
-from helpers import FIXTURES, fixture, write_log
+from helpers import FIXTURES, conc, finding, fixture, lines_of, row, write_log
 
 
 @lru_cache(maxsize=None)
 def report(name: str, **kw) -> dict:
     return build(analyse(fixture(name), **kw))
-
-
-def row(rep: dict, category: str):
-    return next((r for r in rep["breakdown"] if r["category"] == category), None)
-
-
-def conc(rep: dict, tokens: int):
-    return next(c for c in rep["concurrency"] if c["request_tokens"] == tokens)
-
-
-def finding(rep: dict, name: str):
-    return next((f for f in rep["findings"] if f["rule"] == name), None)
-
-
-def lines_of(r) -> list[int]:
-    return [e["line"] for e in r["evidence"]]
 
 
 def variant(tmp_path, name: str, *edits: tuple[str, str], drop: str | None = None) -> dict:
