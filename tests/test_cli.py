@@ -10,7 +10,6 @@ import pytest
 from click.testing import CliRunner
 
 from capdiag.cli import main
-# test_gate, test_ruledocs and test_whatif_plan_diff import run_entry from here
 from helpers import fixture, run_entry
 
 LOG = fixture("single_gpu_ready.log")

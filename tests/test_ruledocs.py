@@ -9,8 +9,7 @@ import pytest
 
 from capdiag import ruledocs
 from capdiag.rules import FINDINGS, find_rule
-from helpers import fixture
-from test_cli import run_entry
+from helpers import fixture, run_entry
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
 

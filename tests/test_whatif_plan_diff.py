@@ -13,8 +13,7 @@ from capdiag.errors import InputError
 from capdiag.planning import parse_params, parse_workload, plan
 from capdiag.report import build
 from capdiag.whatif import parse_what_if
-from helpers import SGLANG_CORPUS, SHARED, fixture, needs_shared
-from test_cli import run_entry
+from helpers import SGLANG_CORPUS, SHARED, fixture, needs_shared, run_entry
 
 CONFIGS = Path(__file__).resolve().parent / "plan_configs"
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "capdiag" / "examples" / "sglang-llama31-8b-h100.log")
