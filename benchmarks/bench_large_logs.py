@@ -169,7 +169,8 @@ def _vllm_chunk(rng: random.Random) -> bytes:
     out, size = [], 0
     while size < CHUNK:
         # one metrics line per eight requests: far more metrics than vLLM's 10-second interval
-        # gives under load, so the lines capdiag's prefilter lets through are over-represented.
+        # gives under load, on purpose: they hold "KV cache", so a keyword that matches them
+        # sends every one through the grammars.
         group = [
             f"{_A} INFO {ts} [loggers.py:127] Engine 000: Avg prompt throughput: {rng.uniform(0, 9000):.1f} tokens/s, "
             f"Avg generation throughput: {rng.uniform(0, 3000):.1f} tokens/s, Running: {rng.randint(0, 128)} reqs, "
@@ -250,37 +251,43 @@ def generate(framework: str, path: Path, size: int, seed: int = 7) -> dict:
 
 def keywords_regex(python: str) -> tuple[str, int]:
     """capdiag's own KEYWORDS as one POSIX ERE alternation (metacharacters escaped)."""
+    # cwd: `python -c` puts the current directory first on sys.path, and from the checkout's root
+    # that would import ./capdiag instead of the capdiag the executable runs
     out = subprocess.run([python, "-c", "import json; from capdiag.source import KEYWORDS; print(json.dumps(KEYWORDS))"],
-                         check=True, capture_output=True, text=True).stdout
+                         check=True, capture_output=True, text=True, cwd=tempfile.gettempdir()).stdout
     words = json.loads(out)
     return "|".join(re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", w) for w in words), len(words)
 
 
-def timed(cmd, *, shell: bool = False, stdout=subprocess.DEVNULL) -> float:
-    t0 = time.perf_counter()
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed(cmd, *, shell: bool = False, stdout=subprocess.DEVNULL) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system, of the command and, for a shell pipeline,
+    every process in it). CPU time does not grow when other work shares the machine."""
+    c0, t0 = _children_cpu(), time.perf_counter()
     subprocess.run(cmd, shell=shell, check=True, stdout=stdout)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _children_cpu() - c0
 
 
 def run_capdiag(capdiag: str, target: Path, out_json: Path, time_file: Path) -> tuple[float, float, dict]:
-    """Wall seconds, peak RSS (MiB), and GNU time's other figures, for `capdiag explain`."""
+    """Wall seconds, peak RSS (MiB), and CPU seconds, for `capdiag explain`."""
     cmd = [capdiag, "explain", "--format", "json", str(target)]
     gnu_time = shutil.which("time", path="/usr/bin") if os.path.exists("/usr/bin/time") else None
     if gnu_time:
         cmd = [gnu_time, "-v", "-o", str(time_file)] + cmd
     with open(out_json, "wb") as out:
-        t0 = time.perf_counter()
+        c0, t0 = _children_cpu(), time.perf_counter()
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE)
         wall = time.perf_counter() - t0
+        extra: dict = {"capdiag_cpu_s": _children_cpu() - c0}
     if proc.returncode != 0:
         raise SystemExit(f"capdiag failed on {target} ({proc.returncode}): {proc.stderr.decode(errors='replace')[-2000:]}")
-    extra: dict = {}
     if gnu_time:
         text = time_file.read_text()
         rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)) / 1024
-        for key, label in (("user_s", "User time (seconds)"), ("sys_s", "System time (seconds)")):
-            m = re.search(re.escape(label) + r": ([\d.]+)", text)
-            extra[key] = float(m.group(1)) if m else None
     else:
         # RUSAGE_CHILDREN's peak is the largest of all children so far, in KiB on Linux; the
         # benchmark's other children (grep, cat) are small, so it is capdiag's.
@@ -330,6 +337,16 @@ def bench_file(args, framework: str, size_mib: int, pattern: str) -> list[dict]:
             subprocess.run(["gzip", "-c", "-6", str(log)], check=True, stdout=fh)
         print(f"  wrote {gz.name}: {gz.stat().st_size / MiB:.0f} MiB in {time.perf_counter() - t0:.1f} s", flush=True)
         targets.append((gz, True))
+    try:
+        return _measure(args, targets, expect, framework, pattern)
+    finally:
+        if not args.keep:
+            for target, _ in targets:
+                target.unlink(missing_ok=True)
+
+
+def _measure(args, targets, expect: dict, framework: str, pattern: str) -> list[dict]:
+    out = Path(args.out)
     rows = []
     for target, is_gz in targets:
         q = shlex.quote(str(target))
@@ -338,15 +355,16 @@ def bench_file(args, framework: str, size_mib: int, pattern: str) -> list[dict]:
         best = None
         for _ in range(args.repeat):
             if is_gz:
-                cat_s = timed(f"zcat {q} > /dev/null", shell=True)
-                grep_s = timed(f"zcat {q} | {grep} > {shlex.quote(str(grep_out))}", shell=True)
+                cat_s, cat_cpu = timed(f"zcat {q} > /dev/null", shell=True)
+                grep_s, grep_cpu = timed(f"zcat {q} | {grep} > {shlex.quote(str(grep_out))}", shell=True)
             else:
-                cat_s = timed(["cat", str(target)])
+                cat_s, cat_cpu = timed(["cat", str(target)])
                 with open(grep_out, "wb") as fh:
-                    grep_s = timed(["grep", "-c", "-i", "-E", "-e", pattern, str(target)], stdout=fh)
+                    grep_s, grep_cpu = timed(["grep", "-c", "-i", "-E", "-e", pattern, str(target)], stdout=fh)
             out_json = out / f"{target.name}.capdiag.json"
             cap_s, rss, extra = run_capdiag(args.capdiag, target, out_json, out / f"{target.name}.time.txt")
-            trial = dict(cat_s=cat_s, grep_s=grep_s, capdiag_s=cap_s, rss_mib=rss, **extra)
+            trial = dict(cat_s=cat_s, cat_cpu_s=cat_cpu, grep_s=grep_s, grep_cpu_s=grep_cpu, capdiag_s=cap_s,
+                         rss_mib=rss, **extra)
             best = trial if best is None or trial["capdiag_s"] < best["capdiag_s"] else best
         report = json.loads(out_json.read_text(encoding="utf-8"))
         problems = check_report(report, expect)
@@ -354,18 +372,17 @@ def bench_file(args, framework: str, size_mib: int, pattern: str) -> list[dict]:
                    size_mib=expect["bytes"] / MiB, stored_mib=target.stat().st_size / MiB, lines=expect["lines"],
                    grep_matches=int(grep_out.read_text().strip() or 0), **best,
                    ratio=best["capdiag_s"] / best["grep_s"], mib_s=expect["bytes"] / MiB / best["capdiag_s"],
+                   cpu_ratio=best["capdiag_cpu_s"] / max(best["grep_cpu_s"], 1e-3),
                    report_ok=not problems, problems=problems,
                    reported={"lines": report["source"]["lines"], "launches": report["source"]["launches"],
                              "analyzed_launch": report["source"]["analyzed_launch"],
                              "max_total_num_tokens": report["observed"].get("max_total_num_tokens"),
                              "kv_cache_tokens": report["observed"].get("kv_cache_tokens")})
         print(f"  {row['file']}: cat {row['cat_s']:.2f} s, grep {row['grep_s']:.2f} s, capdiag {row['capdiag_s']:.2f} s "
-              f"({row['ratio']:.1f}x grep, {row['mib_s']:.0f} MiB/s), peak RSS {row['rss_mib']:.0f} MiB, "
+              f"({row['ratio']:.1f}x grep, {row['mib_s']:.2f} MiB/s; CPU: grep {row['grep_cpu_s']:.2f} s, capdiag "
+              f"{row['capdiag_cpu_s']:.2f} s, {row['cpu_ratio']:.1f}x), peak RSS {row['rss_mib']:.1f} MiB, "
               f"report {'OK' if row['report_ok'] else 'WRONG: ' + '; '.join(problems)}", flush=True)
         rows.append(row)
-    if not args.keep:
-        for target, _ in targets:
-            target.unlink(missing_ok=True)
     return rows
 
 
@@ -378,8 +395,8 @@ def profile(args, framework: str, size_mib: int) -> Path:
     with open(result, "w") as fh:
         for order in ("cumtime", "tottime"):
             proc = subprocess.run([args.python, "-m", "cProfile", "-s", order, "-m", "capdiag", "explain",
-                                   "--format", "json", "-o", os.devnull, str(log)],
-                                  check=True, capture_output=True, text=True)
+                                   "--format", "json", "-o", os.devnull, str(log.resolve())],
+                                  check=True, capture_output=True, text=True, cwd=tempfile.gettempdir())
             listing = proc.stdout.splitlines()
             start = next((i for i, l in enumerate(listing) if "ncalls" in l), 0)
             fh.write(f"## sorted by {order}\n" + "\n".join(listing[max(0, start - 3):start + 35]) + "\n\n")
@@ -389,12 +406,17 @@ def profile(args, framework: str, size_mib: int) -> Path:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| file | size MiB | lines | cat s | grep s | capdiag s | capdiag/grep | capdiag MiB/s | peak RSS MiB | report |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+    head = ("| file | size MiB | lines | cat s | grep s | capdiag s | capdiag/grep | capdiag MiB/s "
+            "| grep CPU s | capdiag CPU s | CPU ratio | peak RSS MiB | report |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+    def num(x: float) -> str:  # three significant figures, at least whole numbers
+        return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
     body = "".join(
-        f"| {r['file']} | {r['size_mib']:.0f}{' (gz ' + format(r['stored_mib'], '.0f') + ')' if r['gz'] else ''} "
-        f"| {r['lines']:,} | {r['cat_s']:.2f} | {r['grep_s']:.2f} | {r['capdiag_s']:.2f} | {r['ratio']:.1f}x "
-        f"| {r['mib_s']:.0f} | {r['rss_mib']:.0f} | {'ok' if r['report_ok'] else 'WRONG'} |\n" for r in rows)
+        f"| {r['file']} | {num(r['size_mib'])}{' (gz ' + num(r['stored_mib']) + ')' if r['gz'] else ''} "
+        f"| {r['lines']:,} | {num(r['cat_s'])} | {num(r['grep_s'])} | {num(r['capdiag_s'])} | {num(r['ratio'])}x "
+        f"| {num(r['mib_s'])} | {num(r['grep_cpu_s'])} | {num(r['capdiag_cpu_s'])} | {num(r['cpu_ratio'])}x "
+        f"| {r['rss_mib']:.1f} | {'ok' if r['report_ok'] else 'WRONG'} |\n" for r in rows)
     return head + body
 
 
@@ -468,7 +490,11 @@ def main() -> int:
     all_ok = all(r["report_ok"] for r in rows)
     md = [f"## capdiag on large logs ({version}, {os.cpu_count()} CPUs, {dt.date.today()})", "",
           "Times are wall-clock seconds; `capdiag/grep` is capdiag's time over `grep -c -i -E` with capdiag's "
-          "own keyword alternation on the same file; peak RSS is capdiag's (GNU time -v).", "",
+          "own keyword alternation on the same file; peak RSS is capdiag's (GNU time -v). For a .gz row, "
+          "`cat s` is `zcat FILE.gz > /dev/null` and `grep s` is `zcat FILE.gz | grep ...`; size is the "
+          "uncompressed size (the .gz file's in brackets). CPU s is user + system time of the command "
+          "(both processes of a pipeline); it does not grow when other work shares the machine, so the CPU "
+          "ratio is the steadier comparison.", "",
           table(rows), "### Memory against size", "", mem_text, "",
           f"### Report checks: {'all reports correct' if all_ok else 'SOME REPORTS WRONG'}", ""]
     for r in rows:
