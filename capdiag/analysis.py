@@ -14,7 +14,7 @@ from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.rules import rules_for
-from capdiag.source import candidate_lines, open_input, physical_lines
+from capdiag.source import candidate_runs, open_input, physical_runs
 
 
 @attrs.frozen
@@ -29,15 +29,15 @@ class Analysis:
 
 
 class _Counter:
-    """Counts physical lines as they stream past, so the file is read once."""
+    """Counts physical lines as their runs stream past, so the file is read once."""
 
-    def __init__(self, numbered):
-        self.numbered, self.count = numbered, 0
+    def __init__(self, runs):
+        self.runs, self.count = runs, 0
 
     def __iter__(self):
-        for item in self.numbered:
-            self.count = item[0]
-            yield item
+        for first, lines in self.runs:
+            self.count = first + len(lines) - 1
+            yield first, lines
 
 
 def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], str, int]:
@@ -50,8 +50,8 @@ def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], 
         raise InputError(f"--framework {framework}: one of {', '.join(FRAMEWORKS)}")
     stream = open_input(path)
     try:
-        counter = _Counter(physical_lines(stream))
-        facts = list(read_facts(candidate_lines(counter), framework))
+        counter = _Counter(physical_runs(stream))
+        facts = list(read_facts(candidate_runs(counter), framework))
     finally:
         if path != "-":
             stream.close()

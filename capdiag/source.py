@@ -7,15 +7,16 @@ Then a cheap keyword test keeps request-time traffic away from the parser.
 """
 from __future__ import annotations
 
+import bisect
 import gzip
 import io
-import itertools
 import os
 import re
 import sys
 import zlib
 from typing import IO, Iterable, Iterator
 
+import ahocorasick_rs
 import attrs
 
 from capdiag.errors import InputError
@@ -40,11 +41,12 @@ KEYWORDS = (
     "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
     "vllm serve", "-m vllm.", "attention block size",
 )
-# Matched without regard to case with str.find, which runs in C: first on a batch of lines
-# joined, then on each piece of the few lines that batch test let through. (A regular
-# expression alternation of the keywords, run line by line, was thirty times slower.)
-_LOWER_KEYWORDS = tuple(sorted({k.lower() for k in KEYWORDS}))
-BATCH = 4096  # physical lines tested at once
+# Matched without regard to (ASCII) case by one Aho-Corasick pass over the lowered UTF-8 bytes:
+# first of a batch of lines joined, then of each piece of the few lines that test let through.
+# The search is most of capdiag's time on a long log; this pass runs at ~300 MiB/s where
+# str.find once per keyword ran at ~30 MiB/s and a regular-expression alternation at ~1 MiB/s.
+_SCANNER = ahocorasick_rs.BytesAhoCorasick(sorted({k.lower().encode() for k in KEYWORDS}))
+BATCH = 4096  # lines tested at once when they come one by one
 
 # (never across a newline: the prefilter strips it from a batch of joined lines)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\n]*\x07")
@@ -70,6 +72,7 @@ WRAPPED = 100  # a record line and its header-less successor both this long: a h
 # A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
 MAX_LINE = 1 << 20  # characters kept of one physical line; a longer one is cut, not held
+CHUNK = 1 << 20  # characters decoded at a time
 
 
 @attrs.frozen
@@ -97,30 +100,55 @@ def open_input(path: str) -> IO[bytes]:
     return fh
 
 
-def physical_lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
-    """Decoded lines with their numbers; raises InputError for binary or unreadable data."""
+def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, list[str]]]:
+    """Decoded lines, a run at a time: the number of the run's first line, and its lines.
+
+    Raises InputError for binary or unreadable data.
+    """
     # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
     # and must not shift the line numbers the report cites
     text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")
-    number = 0
+    number, carry, skipping = 0, "", False
     try:
-        while True:
-            chunk = text.readline(MAX_LINE)
-            if not chunk:
-                return
-            if not chunk.endswith("\n"):
-                # a line longer than MAX_LINE: keep its head, skip the rest of it
-                rest = chunk
-                while rest and not rest.endswith("\n"):
-                    rest = text.readline(MAX_LINE)
-            number += 1
-            if "\x00" in chunk:
-                if number <= 5 and chunk.count("\x00") > len(chunk) // 8:
-                    raise InputError("the input is binary data, not a text log")
-                chunk = chunk.replace("\x00", "")
-            yield number, chunk.rstrip("\r\n")
+        while chunk := text.read(CHUNK):
+            if skipping:  # the rest of a line longer than MAX_LINE, whose head was kept
+                cut = chunk.find("\n")
+                if cut < 0:
+                    continue
+                chunk, skipping = chunk[cut + 1:], False
+            lines = (carry + chunk).split("\n")
+            carry = lines.pop()
+            if len(carry) > MAX_LINE:
+                lines.append(carry)
+                carry, skipping = "", True
+            if lines:
+                yield number + 1, _scrubbed(lines, number)
+                number += len(lines)
+        if carry:
+            yield number + 1, _scrubbed([carry], number)
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(f"the input cannot be read: {exc}") from None
+
+
+def physical_lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
+    """Decoded lines with their numbers (see physical_runs)."""
+    for first, lines in physical_runs(stream):
+        yield from enumerate(lines, first)
+
+
+def _scrubbed(lines: list[str], before: int) -> list[str]:
+    """A run of lines (`before` lines precede it) cut to MAX_LINE, without "\r" ends or NULs."""
+    joined = "\n".join(lines)
+    if len(joined) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+        lines = [line[:MAX_LINE] for line in lines]
+    if "\r" in joined:
+        lines = [line.rstrip("\r") for line in lines]
+    if "\x00" in joined:
+        for line in lines[:max(0, 5 - before)]:
+            if line.count("\x00") > (len(line) + 1) // 8:
+                raise InputError("the input is binary data, not a text log")
+        lines = [line.replace("\x00", "") for line in lines]
+    return lines
 
 
 def clean(raw: str) -> list[str]:
@@ -158,48 +186,60 @@ def open_brackets(text: str) -> int:
     return depth
 
 
+def _keyword_starts(text: str) -> tuple[bytes, list[int]]:
+    """The lowered UTF-8 bytes of a text, and the offsets there at which a keyword starts."""
+    data = text.encode("utf-8", "surrogatepass").lower()
+    # non-overlapping matches miss none of the lines that hold one: no keyword spans a newline
+    return data, [start for _, start, _ in _SCANNER.find_matches_as_indexes(data)]
+
+
 def has_keyword(text: str) -> bool:
     """Whether a cleaned line holds one of KEYWORDS (in any case)."""
-    lower = text.lower()
-    return any(keyword in lower for keyword in _LOWER_KEYWORDS)
+    return bool(_keyword_starts(text)[1])
 
 
 def _keyword_rows(joined: str) -> set[int]:
     """Indices of the newline-separated rows of `joined` that hold a keyword."""
     if "\x1b" in joined:
         joined = _ANSI.sub("", joined)
-    lower = joined.lower()
-    starts: list[int] = []
-    for keyword in _LOWER_KEYWORDS:
-        at = lower.find(keyword)
-        while at >= 0:
-            starts.append(at)
-            end = lower.find("\n", at)
-            if end < 0:
-                break
-            at = lower.find(keyword, end)
+    data, starts = _keyword_starts(joined)
     rows, row, done = set(), 0, 0
-    for at in sorted(starts):
-        row += lower.count("\n", done, at)
+    for at in starts:
+        row += data.count(b"\n", done, at)
         done = at
         rows.add(row)
     return rows
 
 
-def _with_hits(numbered: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str, bool]]:
-    """Each line with whether it holds a keyword, tested a batch at a time."""
-    iterator = iter(numbered)
-    while batch := list(itertools.islice(iterator, BATCH)):
-        joined = "\n".join(raw for _, raw in batch)
-        if joined.count("\n") == len(batch) - 1:
-            rows = _keyword_rows(joined)
-        else:  # a caller's line with a newline in it would shift the rows: test one by one
-            rows = {i for i, (_, raw) in enumerate(batch) if _keyword_rows(raw.replace("\n", " "))}
-        for index, (number, raw) in enumerate(batch):
-            yield number, raw, index in rows
+def _runs(numbered: Iterable[tuple[int, str]]) -> Iterator[tuple[int, list[str]]]:
+    """Numbered lines regrouped into runs of consecutive numbers, each at most BATCH long."""
+    first, lines = 0, []
+    for number, raw in numbered:
+        if lines and (number != first + len(lines) or len(lines) == BATCH):
+            yield first, lines
+            lines = []
+        if not lines:
+            first = number
+        lines.append(raw)
+    if lines:
+        yield first, lines
+
+
+def _hit_rows(lines: list[str]) -> list[int]:
+    """Sorted indices of the lines that hold a keyword."""
+    joined = "\n".join(lines)
+    if joined.count("\n") == len(lines) - 1:
+        return sorted(_keyword_rows(joined))
+    # a caller's line with a newline in it would shift the rows: test one by one
+    return [i for i, raw in enumerate(lines) if _keyword_rows(raw.replace("\n", " "))]
 
 
 def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
+    """candidate_runs() for lines given one by one with their numbers."""
+    return candidate_runs(_runs(numbered))
+
+
+def candidate_runs(runs: Iterable[tuple[int, list[str]]]) -> Iterator[Line]:
     """Lines that may hold a fact, with wrapped continuations joined.
 
     Three kinds of wrapping are undone: a long record (engine config, argument dict,
@@ -213,32 +253,40 @@ def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
     record = False
     spans = 0
     last_piece = ""
-    for number, raw, hit in _with_hits(numbered):
-        if pending is None and not hit:
-            continue
-        for text in clean(raw):
-            if pending is not None:
-                if not record and _CUT_REST.match(text):
-                    pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
+    for first, lines in runs:
+        rows = _hit_rows(lines)
+        index = 0
+        while index < len(lines):
+            if pending is None:  # nothing held: skip to the next line with a keyword
+                at = bisect.bisect_left(rows, index)
+                if at == len(rows):
+                    break
+                index = rows[at]
+            number, raw = first + index, lines[index]
+            index += 1
+            for text in clean(raw):
+                if pending is not None:
+                    if not record and _CUT_REST.match(text):
+                        pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
+                        continue
+                    if record and spans < MAX_CONTINUATION and text and not _HEADER.match(text) and (
+                            open_brackets(pending.text) > 0
+                            or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0))):
+                        pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
+                        spans += 1
+                        last_piece = text
+                        continue
+                    if not record and pending.text.endswith(",") and not text.startswith(("[", "(")):
+                        pending = Line(pending.number, pending.text + " " + text, pending.raw + "\n" + raw)
+                        continue
+                    yield pending
+                    pending = None
+                if not has_keyword(text):
                     continue
-                if record and spans < MAX_CONTINUATION and text and not _HEADER.match(text) and (
-                        open_brackets(pending.text) > 0
-                        or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0))):
-                    pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
-                    spans += 1
-                    last_piece = text
-                    continue
-                if not record and pending.text.endswith(",") and not text.startswith(("[", "(")):
-                    pending = Line(pending.number, pending.text + " " + text, pending.raw + "\n" + raw)
-                    continue
-                yield pending
-                pending = None
-            if not has_keyword(text):
-                continue
-            line = Line(number, text, raw[:MAX_LINE])
-            if _RECORD.search(text):
-                pending, record, spans, last_piece = line, True, 0, raw
-            else:  # held one line: it may continue on the next (soft or hard wrap)
-                pending, record = line, False
+                line = Line(number, text, raw[:MAX_LINE])
+                if _RECORD.search(text):
+                    pending, record, spans, last_piece = line, True, 0, raw
+                else:  # held one line: it may continue on the next (soft or hard wrap)
+                    pending, record = line, False
     if pending is not None:
         yield pending

@@ -280,3 +280,25 @@ def test_very_long_line_is_cut_not_fatal(monkeypatch):
     data = ("x" * 5000 + "\n" + BEGIN + "\n").encode()
     got = list(physical_lines(io.BytesIO(data)))
     assert got[-1] == (2, BEGIN) and len(got[0][1]) <= 1000
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_reading_in_chunks_keeps_every_line_and_its_number(monkeypatch, chunk):
+    """Lines cut across read chunks, CRLF ends, NULs and over-long lines come out the same
+    whatever the chunk size."""
+    import capdiag.source as source
+    monkeypatch.setattr(source, "CHUNK", chunk)
+    monkeypatch.setattr(source, "MAX_LINE", 80)
+    data = ("first\r\n" + "y" * 200 + "\n\n" + BEGIN + "\r\nnul\x00led\n" + "z" * 81 + "\nlast").encode()
+    got = list(physical_lines(io.BytesIO(data)))
+    assert got == [(1, "first"), (2, "y" * 80), (3, ""), (4, BEGIN), (5, "nulled"), (6, "z" * 80), (7, "last")]
+
+
+def test_binary_data_is_refused_whatever_the_chunk_size(monkeypatch):
+    import capdiag.source as source
+    monkeypatch.setattr(source, "CHUNK", 3)
+    with pytest.raises(InputError, match="binary"):
+        list(physical_lines(io.BytesIO(b"ok\n" + b"\x00" * 40 + b"\n")))
+    # NULs after the first five lines are stripped, not taken for binary data
+    got = list(physical_lines(io.BytesIO(b"a\n" * 5 + b"\x00" * 40 + b"\n")))
+    assert got[-1] == (6, "")
