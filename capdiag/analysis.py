@@ -35,9 +35,9 @@ class _Counter:
         self.runs, self.count = runs, 0
 
     def __iter__(self):
-        for first, lines in self.runs:
-            self.count = first + len(lines) - 1
-            yield first, lines
+        for first, block in self.runs:
+            self.count = first - 1 + block.count(b"\n") + (not block.endswith(b"\n"))
+            yield first, block
 
 
 def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], str, int]:

@@ -3,13 +3,14 @@
 Opening (path, `-` for stdin, `.gz`), decoding (UTF-8 with replacement), and removing what
 transport added around the server's own text: ANSI colour, carriage-return rewrites of
 progress bars, container and kubectl prefixes, Docker host timestamps, markdown-list pastes.
-Then a cheap keyword test keeps request-time traffic away from the parser.
+Then a cheap keyword test keeps request-time traffic away from the parser: the file is read a
+MiB at a time, the keywords are found in each run of lines by one C-speed pass, and only the
+lines that hold one (and the lines that may continue those) are visited in Python.
 """
 from __future__ import annotations
 
 import bisect
 import gzip
-import io
 import os
 import re
 import sys
@@ -46,10 +47,11 @@ KEYWORDS = (
 # The search is most of capdiag's time on a long log; this pass runs at ~300 MiB/s where
 # str.find once per keyword ran at ~30 MiB/s and a regular-expression alternation at ~1 MiB/s.
 _SCANNER = ahocorasick_rs.BytesAhoCorasick(sorted({k.lower().encode() for k in KEYWORDS}))
-BATCH = 4096  # lines tested at once when they come one by one
+BATCH = 4096  # lines put in one block when they come one by one
 
-# (never across a newline: the prefilter strips it from a batch of joined lines)
+# (never across a newline: the prefilter strips it from a block of lines)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\n]*\x07")
+_ANSI_BYTES = re.compile(_ANSI.pattern.encode())
 # Transport prefixes, outermost first: markdown bullet, compose service (`sglang-1  | `),
 # kubectl --timestamps (RFC 3339), Docker Desktop's host time in front of the log's own header
 # (SGLang's `[date`, vLLM's `(process` or `LEVEL `).
@@ -71,8 +73,8 @@ MAX_CONTINUATION = 400  # physical lines one wrapped record may span
 WRAPPED = 100  # a record line and its header-less successor both this long: a hard wrap
 # A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
-MAX_LINE = 1 << 20  # characters kept of one physical line; a longer one is cut, not held
-CHUNK = 1 << 20  # characters decoded at a time
+MAX_LINE = 1 << 20  # bytes kept of one physical line; a longer one is cut, not held
+CHUNK = 1 << 20  # bytes read at a time
 
 
 @attrs.frozen
@@ -100,55 +102,61 @@ def open_input(path: str) -> IO[bytes]:
     return fh
 
 
-def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, list[str]]]:
-    """Decoded lines, a run at a time: the number of the run's first line, and its lines.
-
-    Raises InputError for binary or unreadable data.
+def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """The input a block of whole lines at a time: the number of the block's first line, and
+    its bytes (each line ends with "\n" but perhaps the file's last). Not decoded: only the
+    lines worth reading are (line_text()). Raises InputError for binary or unreadable data.
     """
     # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
     # and must not shift the line numbers the report cites
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")
-    number, carry, skipping = 0, "", False
+    number, carry, skipping = 0, b"", False
     try:
-        while chunk := text.read(CHUNK):
+        while chunk := stream.read(CHUNK):
             if skipping:  # the rest of a line longer than MAX_LINE, whose head was kept
-                cut = chunk.find("\n")
+                cut = chunk.find(b"\n")
                 if cut < 0:
                     continue
                 chunk, skipping = chunk[cut + 1:], False
-            lines = (carry + chunk).split("\n")
-            carry = lines.pop()
-            if len(carry) > MAX_LINE:
-                lines.append(carry)
-                carry, skipping = "", True
-            if lines:
-                yield number + 1, _scrubbed(lines, number)
-                number += len(lines)
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                carry += chunk
+                if len(carry) > MAX_LINE:
+                    block, carry, skipping = carry[:MAX_LINE] + b"\n", b"", True
+                else:
+                    continue
+            else:
+                block, carry = carry + chunk[:cut + 1], chunk[cut + 1:]
+            _refuse_binary(block, number)
+            yield number + 1, block
+            number += block.count(b"\n")
         if carry:
-            yield number + 1, _scrubbed([carry], number)
+            _refuse_binary(carry, number)
+            yield number + 1, carry
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(f"the input cannot be read: {exc}") from None
 
 
+def _refuse_binary(block: bytes, before: int) -> None:
+    """InputError when one of the file's first five lines is mostly NUL bytes."""
+    if before < 5 and b"\x00" in block:
+        for line in block.split(b"\n", 5)[:5 - before]:
+            if line.count(b"\x00") > (len(line) + 1) // 8:
+                raise InputError("the input is binary data, not a text log")
+
+
+def line_text(data: bytes) -> str:
+    """One physical line's bytes (no "\n") as the text the rest of capdiag sees."""
+    text = data[:MAX_LINE].decode("utf-8", "replace").rstrip("\r")
+    return text.replace("\x00", "") if "\x00" in text else text
+
+
 def physical_lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
     """Decoded lines with their numbers (see physical_runs)."""
-    for first, lines in physical_runs(stream):
-        yield from enumerate(lines, first)
-
-
-def _scrubbed(lines: list[str], before: int) -> list[str]:
-    """A run of lines (`before` lines precede it) cut to MAX_LINE, without "\r" ends or NULs."""
-    joined = "\n".join(lines)
-    if len(joined) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
-        lines = [line[:MAX_LINE] for line in lines]
-    if "\r" in joined:
-        lines = [line.rstrip("\r") for line in lines]
-    if "\x00" in joined:
-        for line in lines[:max(0, 5 - before)]:
-            if line.count("\x00") > (len(line) + 1) // 8:
-                raise InputError("the input is binary data, not a text log")
-        lines = [line.replace("\x00", "") for line in lines]
-    return lines
+    for first, block in physical_runs(stream):
+        lines = block.split(b"\n")
+        if block.endswith(b"\n"):
+            lines.pop()
+        yield from enumerate(map(line_text, lines), first)
 
 
 def clean(raw: str) -> list[str]:
@@ -186,52 +194,53 @@ def open_brackets(text: str) -> int:
     return depth
 
 
-def _keyword_starts(text: str) -> tuple[bytes, list[int]]:
-    """The lowered UTF-8 bytes of a text, and the offsets there at which a keyword starts."""
-    data = text.encode("utf-8", "surrogatepass").lower()
-    # non-overlapping matches miss none of the lines that hold one: no keyword spans a newline
-    return data, [start for _, start, _ in _SCANNER.find_matches_as_indexes(data)]
-
-
 def has_keyword(text: str) -> bool:
     """Whether a cleaned line holds one of KEYWORDS (in any case)."""
-    return bool(_keyword_starts(text)[1])
+    return bool(_SCANNER.find_matches_as_indexes(text.encode("utf-8", "surrogatepass").lower()))
 
 
-def _keyword_rows(joined: str) -> set[int]:
-    """Indices of the newline-separated rows of `joined` that hold a keyword."""
-    if "\x1b" in joined:
-        joined = _ANSI.sub("", joined)
-    data, starts = _keyword_starts(joined)
+def _hit_starts(block: bytes) -> list[int]:
+    """Sorted offsets of the starts of the block's lines that hold a keyword."""
+    scan = block
+    if b"\x1b" in scan:
+        scan = _ANSI_BYTES.sub(b"", scan)
+    if b"\x00" in scan:
+        scan = scan.replace(b"\x00", b"")
+    # non-overlapping matches miss none of the lines that hold one: no keyword spans a newline
+    found = [start for _, start, _ in _SCANNER.find_matches_as_indexes(scan.lower())]
+    if scan is block:
+        return sorted({block.rfind(b"\n", 0, at) + 1 for at in found})
+    # the removals moved the offsets but kept the newlines: go by line index instead
     rows, row, done = set(), 0, 0
-    for at in starts:
-        row += data.count(b"\n", done, at)
+    for at in found:
+        row += scan.count(b"\n", done, at)
         done = at
         rows.add(row)
-    return rows
+    starts, row, at = [], 0, 0
+    for wanted in sorted(rows):
+        while row < wanted:
+            at = block.index(b"\n", at) + 1
+            row += 1
+        starts.append(at)
+    return starts
 
 
-def _runs(numbered: Iterable[tuple[int, str]]) -> Iterator[tuple[int, list[str]]]:
-    """Numbered lines regrouped into runs of consecutive numbers, each at most BATCH long."""
+def _runs(numbered: Iterable[tuple[int, str]]) -> Iterator[tuple[int, bytes]]:
+    """Numbered lines regrouped into blocks of consecutive numbers, each at most BATCH lines."""
     first, lines = 0, []
     for number, raw in numbered:
         if lines and (number != first + len(lines) or len(lines) == BATCH):
-            yield first, lines
+            yield first, _block(lines)
             lines = []
         if not lines:
             first = number
-        lines.append(raw)
+        lines.append(raw.replace("\n", " "))  # a newline would shift the numbers
     if lines:
-        yield first, lines
+        yield first, _block(lines)
 
 
-def _hit_rows(lines: list[str]) -> list[int]:
-    """Sorted indices of the lines that hold a keyword."""
-    joined = "\n".join(lines)
-    if joined.count("\n") == len(lines) - 1:
-        return sorted(_keyword_rows(joined))
-    # a caller's line with a newline in it would shift the rows: test one by one
-    return [i for i, raw in enumerate(lines) if _keyword_rows(raw.replace("\n", " "))]
+def _block(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
 
 
 def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
@@ -239,7 +248,7 @@ def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
     return candidate_runs(_runs(numbered))
 
 
-def candidate_runs(runs: Iterable[tuple[int, list[str]]]) -> Iterator[Line]:
+def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
     """Lines that may hold a fact, with wrapped continuations joined.
 
     Three kinds of wrapping are undone: a long record (engine config, argument dict,
@@ -253,17 +262,20 @@ def candidate_runs(runs: Iterable[tuple[int, list[str]]]) -> Iterator[Line]:
     record = False
     spans = 0
     last_piece = ""
-    for first, lines in runs:
-        rows = _hit_rows(lines)
-        index = 0
-        while index < len(lines):
+    for first, block in runs:
+        starts = _hit_starts(block)
+        cursor, number = 0, first - 1
+        while cursor < len(block):
             if pending is None:  # nothing held: skip to the next line with a keyword
-                at = bisect.bisect_left(rows, index)
-                if at == len(rows):
+                at = bisect.bisect_left(starts, cursor)
+                if at == len(starts):
                     break
-                index = rows[at]
-            number, raw = first + index, lines[index]
-            index += 1
+                number += block.count(b"\n", cursor, starts[at])
+                cursor = starts[at]
+            end = block.find(b"\n", cursor)
+            end = len(block) if end < 0 else end
+            raw = line_text(block[cursor:end])
+            cursor, number = end + 1, number + 1
             for text in clean(raw):
                 if pending is not None:
                     if not record and _CUT_REST.match(text):
