@@ -11,7 +11,8 @@ from capdiag.analysis import read_log
 from capdiag.errors import InputError
 from capdiag.parsing import read_facts
 from capdiag.parsing.sglang import parse_sglang_line
-from capdiag.source import KEYWORDS, candidate_lines, clean, open_input, physical_lines
+from capdiag.source import (KEYWORDS, candidate_lines, candidate_runs, clean, open_input, physical_lines,
+                            physical_runs)
 from helpers import rank_tags
 from test_grammar import POSITIVE
 
@@ -302,3 +303,15 @@ def test_binary_data_is_refused_whatever_the_chunk_size(monkeypatch):
     # NULs after the first five lines are stripped, not taken for binary data
     got = list(physical_lines(io.BytesIO(b"a\n" * 5 + b"\x00" * 40 + b"\n")))
     assert got[-1] == (6, "")
+
+
+def test_hits_after_removed_ansi_codes_and_nuls_keep_their_lines():
+    """ANSI codes and NULs are taken out before the keyword scan, which moves the offsets;
+    the hits must still land on their own lines, with the right numbers."""
+    traffic = "\x1b[32mINFO\x1b[0m:     127.0.0.1:51234 - \"POST /generate HTTP/1.1\" 200 OK"
+    physical = [traffic, "Load\x00 weight begin. avail mem=78.58 GB", traffic, traffic,
+                "\x1b[1mKV Cache is allocated.\x1b[0m #tokens: 7", traffic]
+    data = "\n".join(physical).encode()
+    lines = list(candidate_runs(physical_runs(io.BytesIO(data))))
+    assert [(l.number, l.text) for l in lines] == [
+        (2, "Load weight begin. avail mem=78.58 GB"), (5, "KV Cache is allocated. #tokens: 7")]
