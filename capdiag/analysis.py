@@ -29,15 +29,21 @@ class Analysis:
 
 
 class _Counter:
-    """Counts physical lines as their runs stream past, so the file is read once."""
+    """Counts physical lines as their runs stream past, so the file is read once: the lines
+    before the last run are known from its first number, so only that run is counted."""
 
     def __init__(self, runs):
-        self.runs, self.count = runs, 0
+        self.runs, self.last = runs, (1, b"")
 
     def __iter__(self):
-        for first, block in self.runs:
-            self.count = first - 1 + block.count(b"\n") + (not block.endswith(b"\n"))
-            yield first, block
+        for run in self.runs:
+            self.last = run
+            yield run
+
+    @property
+    def count(self) -> int:
+        first, block = self.last
+        return first - 1 + block.count(b"\n") + (bool(block) and not block.endswith(b"\n"))
 
 
 def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], str, int]:

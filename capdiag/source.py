@@ -42,9 +42,9 @@ KEYWORDS = (
     "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
     "vllm serve", "-m vllm.", "attention block size",
 )
-# Matched without regard to (ASCII) case by one Aho-Corasick pass over the lowered UTF-8 bytes:
-# first of a batch of lines joined, then of each piece of the few lines that test let through.
-# The search is most of capdiag's time on a long log; this pass runs at ~300 MiB/s where
+# Matched without regard to (ASCII) case by one Aho-Corasick pass over lowered bytes: first of
+# a whole block of raw lines, then of each cleaned piece of the few lines that pass let through.
+# The search is most of capdiag's time on a long log; this pass runs at ~400 MiB/s where
 # str.find once per keyword ran at ~30 MiB/s and a regular-expression alternation at ~1 MiB/s.
 _SCANNER = ahocorasick_rs.BytesAhoCorasick(sorted({k.lower().encode() for k in KEYWORDS}))
 BATCH = 4096  # lines put in one block when they come one by one

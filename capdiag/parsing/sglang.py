@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import attrs
 from lark import Lark, Token, Transformer
+from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
@@ -272,8 +273,6 @@ def _parser() -> Lark:
 
 def parse_sglang_line(text: str) -> Optional[Parsed]:
     """The fact a line states, or None when it is not a line kind the grammar knows."""
-    from lark.exceptions import LarkError
-
     try:
         tree = _parser().parse(text)
     except LarkError:
