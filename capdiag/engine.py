@@ -67,6 +67,10 @@ class Rule:
     # frameworks it applies to (empty: both)
     needs: tuple = ()
     frameworks: tuple = ()
+    # what the rule reads and what it concludes: fact classes, and "topic" or "topic:key"
+    # strings ("?" at the end marks an optional read); the engine orders rules from these
+    reads: tuple = ()
+    concludes: tuple = ()
 
     @property
     def doc(self) -> str:
@@ -79,9 +83,11 @@ class Rule:
 
 
 def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
-         thresholds: Optional[dict] = None, needs: tuple = (), frameworks: tuple = ()) -> Callable[[Callable], Rule]:
+         thresholds: Optional[dict] = None, needs: tuple = (), frameworks: tuple = (),
+         reads: tuple = (), concludes: tuple = ()) -> Callable[[Callable], Rule]:
     def wrap(func: Callable) -> Rule:
-        return Rule(name, func, code, severity, dict(thresholds or {}), tuple(needs), tuple(frameworks))
+        return Rule(name, func, code, severity, dict(thresholds or {}), tuple(needs), tuple(frameworks),
+                    tuple(reads), tuple(concludes))
     return wrap
 
 
