@@ -1,11 +1,33 @@
-"""A small forward-chaining engine: rules over facts and earlier conclusions, to a fixpoint.
+"""The rules engine: rules declare what they read and conclude; the engine orders them from
+those declarations and records what it handed each rule as the premises of its conclusions.
 
 Every conclusion is a `Derived` that records the rule that drew it and the premises it was
 drawn from (facts or other conclusions). Walking the premises back ends at facts, and so at
 log lines: that walk is the evidence chain the report shows.
+
+How a run goes (`run`):
+- `order` sorts the rules topologically: a rule runs after every rule that concludes
+  something it reads. Ties are broken by rule name, so the order — and every answer — is the
+  same however the rules were registered. A cycle, two rules concluding the same identity, or
+  a required read that no rule in the set concludes is a `RuleSetError`.
+- Each rule is called once, with a `View` of the knowledge base restricted to its
+  declarations: reading a fact class or a conclusion it did not declare raises
+  `UndeclaredRead`; concluding an identity outside `concludes` raises `UndeclaredConclusion`.
+- Every conclusion the view handed the rule before it yielded a result (known or `Unknown`)
+  is added to that result's premises, after the facts and conclusions the rule cited itself.
+  So a chain cannot leave out a conclusion its rule read. Facts are cited by the rule (the
+  lines its value comes from); the view checks that each cited fact is one it handed over.
+
+Completeness: rules are pure functions of the facts and the conclusions they declare. When a
+rule runs, every rule that could conclude one of its reads has already run (that is what the
+topological order means), so running it again, or running any rule again, adds nothing: one
+pass in this order reaches the fixpoint. `run` checks it on request (`check_fixpoint=True`:
+every rule fired again on the final knowledge concludes the same; the test suite does so on
+every log).
 """
 from __future__ import annotations
 
+import heapq
 import inspect
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
@@ -50,12 +72,54 @@ class Finding(Derived):
 Premise = Union[F.Fact, Derived]
 
 
+class RuleSetError(Exception):
+    """The declarations of a rule set do not make a well-formed set (a cycle, two rules
+    concluding one identity, a required read nobody concludes)."""
+
+
+class UndeclaredRead(Exception):
+    """A rule read a fact class or conclusion its `reads` does not declare."""
+
+
+class UndeclaredConclusion(Exception):
+    """A rule concluded an identity its `concludes` does not declare."""
+
+
+@attrs.frozen
+class Topic:
+    """A declared conclusion pattern: a whole topic (`key` None) or one key in it. A key also
+    covers the family of tuple keys that start with it (`finding:rank-imbalance` covers
+    ("rank-imbalance", "TP3"))."""
+
+    topic: str
+    key: Optional[str] = None
+    optional: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "Topic":
+        optional = text.endswith("?")
+        topic, _, key = text.rstrip("?").partition(":")
+        return cls(topic, key or None, optional)
+
+    def covers(self, topic: str, key: Any) -> bool:
+        if topic != self.topic or self.key is None:
+            return topic == self.topic
+        return key == self.key or (isinstance(key, tuple) and bool(key) and key[0] == self.key)
+
+    def overlaps(self, other: "Topic") -> bool:
+        return self.topic == other.topic and (self.key is None or other.key is None or self.key == other.key)
+
+    def __str__(self) -> str:
+        return self.topic + (f":{self.key}" if self.key is not None else "") + ("?" if self.optional else "")
+
+
 @attrs.frozen
 class Rule:
-    """A named pure function of the knowledge base; its docstring is its documentation.
+    """A named pure function of a knowledge view; its docstring is its documentation.
 
-    A rule with `thresholds` receives them, merged with the policy's overrides, as its
-    second argument.
+    `reads` holds fact classes and conclusion patterns ("topic", "topic:key", "?" at the end
+    for an optional read); `concludes` the patterns of what it may conclude. A rule with
+    `thresholds` receives them, merged with the policy's overrides, as its second argument.
     """
 
     name: str
@@ -67,14 +131,24 @@ class Rule:
     # frameworks it applies to (empty: both)
     needs: tuple = ()
     frameworks: tuple = ()
-    # what the rule reads and what it concludes: fact classes, and "topic" or "topic:key"
-    # strings ("?" at the end marks an optional read); the engine orders rules from these
     reads: tuple = ()
     concludes: tuple = ()
 
     @property
     def doc(self) -> str:
         return inspect.cleandoc(self.func.__doc__ or "")
+
+    @property
+    def fact_reads(self) -> tuple[type, ...]:
+        return tuple(r for r in self.reads if isinstance(r, type))
+
+    @property
+    def topic_reads(self) -> tuple[Topic, ...]:
+        return tuple(Topic.parse(r) for r in self.reads if isinstance(r, str))
+
+    @property
+    def conclusions(self) -> tuple[Topic, ...]:
+        return tuple(Topic.parse(c) for c in self.concludes)
 
     def __call__(self, kb: "Knowledge") -> Iterable[Derived]:
         if self.thresholds:
@@ -86,6 +160,9 @@ def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
          thresholds: Optional[dict] = None, needs: tuple = (), frameworks: tuple = (),
          reads: tuple = (), concludes: tuple = ()) -> Callable[[Callable], Rule]:
     def wrap(func: Callable) -> Rule:
+        for r in reads:
+            if not (isinstance(r, str) or (isinstance(r, type) and issubclass(r, F.Fact))):
+                raise RuleSetError(f"rule {name}: reads {r!r}: a fact class or a 'topic[:key][?]' string")
         return Rule(name, func, code, severity, dict(thresholds or {}), tuple(needs), tuple(frameworks),
                     tuple(reads), tuple(concludes))
     return wrap
@@ -129,36 +206,179 @@ class Knowledge:
         return {**r.thresholds, **self.policy(r.name).get("thresholds", {})}
 
 
+class View:
+    """The knowledge base as one rule may see it: only what the rule declared, and a record of
+    every conclusion handed over (in the order handed, each once)."""
+
+    def __init__(self, kb: Knowledge, r: Rule):
+        self._kb, self._rule = kb, r
+        self._kinds, self._topics = r.fact_reads, r.topic_reads
+        self.handed: list[Derived] = []
+        self._handed_ids: set[int] = set()
+        self._facts_ids: Optional[set[int]] = None
+
+    # ---- facts
+    def _check_kinds(self, kinds: tuple[type, ...]) -> None:
+        for kind in kinds:
+            if not any(issubclass(kind, declared) for declared in self._kinds):
+                raise UndeclaredRead(f"rule {self._rule.name} reads {kind.__name__}, which its `reads` does not "
+                                     "declare")
+
+    @property
+    def facts(self) -> tuple[F.Fact, ...]:
+        """Every fact of the declared classes (declare `F.Fact` to see them all)."""
+        return tuple(f for f in self._kb.facts if isinstance(f, self._kinds))
+
+    def of(self, *kinds: type, rank: Optional[tuple] = None, role: Optional[str] = "target") -> list:
+        self._check_kinds(kinds)
+        return self._kb.of(*kinds, rank=rank, role=role)
+
+    def first(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
+        found = self.of(kind, rank=rank, role=role)
+        return found[0] if found else None
+
+    def last(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
+        found = self.of(kind, rank=rank, role=role)
+        return found[-1] if found else None
+
+    def handed_fact(self, fact: F.Fact) -> bool:
+        return isinstance(fact, self._kinds)
+
+    # ---- conclusions
+    def _hand(self, d: Optional[Derived]) -> Optional[Derived]:
+        if d is not None and id(d) not in self._handed_ids:
+            self._handed_ids.add(id(d))
+            self.handed.append(d)
+        return d
+
+    def get(self, topic: str, key: Any = None) -> Optional[Derived]:
+        if not any(t.covers(topic, key) for t in self._topics):
+            raise UndeclaredRead(f"rule {self._rule.name} reads {topic}:{key}, which its `reads` does not declare")
+        return self._hand(self._kb.get(topic, key))
+
+    def value(self, topic: str, key: Any = None) -> Any:
+        d = self.get(topic, key)
+        return d.value if d is not None and d.known else None
+
+    def topic(self, topic: str) -> list[Derived]:
+        if not any(t.topic == topic and t.key is None for t in self._topics):
+            raise UndeclaredRead(f"rule {self._rule.name} reads all of {topic!r}, which its `reads` does not "
+                                 "declare (declare the topic without a key)")
+        return [self._hand(d) for d in self._kb.topic(topic)]
+
+    # ---- the rule's settings (the policy is an input of the engine, not a premise)
+    def policy(self, rule_name: str) -> dict:
+        return self._kb.policy(rule_name)
+
+    def settings(self, r: Rule) -> dict:
+        return self._kb.settings(r)
+
+
 @attrs.frozen
 class Firing:
     rule: str
     conclusion: Derived
 
 
-def run(rules: Iterable[Rule], kb: Knowledge) -> list[Firing]:
-    """Fire every rule until none concludes anything new; returns the firings in order.
+def order(rules: Iterable[Rule], tie: Callable[[str], Any] = str) -> list[Rule]:
+    """The rules in firing order, derived from their declarations (see the module text).
+    Among rules ready at once the least `tie(name)` goes first (the name itself by default;
+    the test suite draws random ties to show the answers do not depend on them)."""
+    rules = list(rules)
+    names = [r.name for r in rules]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise RuleSetError(f"rule names registered twice: {', '.join(dupes)}")
+    for i, a in enumerate(rules):
+        for b in rules[i + 1:]:
+            clash = [f"{x}" for x in a.conclusions for y in b.conclusions if x.overlaps(y)]
+            if clash:
+                raise RuleSetError(f"rules {a.name} and {b.name} both conclude {clash[0]}")
+    for r in rules:
+        for read in r.topic_reads:
+            if not read.optional and not any(read.overlaps(c) for o in rules for c in o.conclusions):
+                raise RuleSetError(f"rule {r.name} reads {read}, which no rule in the set concludes "
+                                   "(mark it optional with '?' if it may be absent)")
+    after: dict[str, set[str]] = {r.name: set() for r in rules}  # rule -> the rules it waits for
+    for r in rules:
+        for o in rules:
+            if o is not r and any(read.overlaps(c) for read in r.topic_reads for c in o.conclusions):
+                after[r.name].add(o.name)
+    by_name = {r.name: r for r in rules}
+    waiting = {n: len(deps) for n, deps in after.items()}
+    ready = [(tie(n), n) for n, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    ordered: list[Rule] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        ordered.append(by_name[name])
+        for other, deps in after.items():
+            if name in deps:
+                waiting[other] -= 1
+                if waiting[other] == 0:
+                    heapq.heappush(ready, (tie(other), other))
+    if len(ordered) < len(rules):
+        stuck = sorted(n for n, count in waiting.items() if count > 0)
+        raise RuleSetError(f"the rules' reads form a cycle among: {', '.join(stuck)}")
+    return ordered
 
-    A conclusion is identified by (topic, key) and drawn once: the first rule to draw it
-    wins, so a rule never fires twice on the same premises. Rule order is fixed, so the
-    result is deterministic. A policy can disable a rule or change its findings' severity.
+
+def fire(r: Rule, kb: Knowledge, pinned: frozenset = frozenset()) -> list[Derived]:
+    """One rule's conclusions, each with the conclusions its view handed over added to its
+    premises. Within one rule the first conclusion of an identity stands (a rule may yield
+    candidates in order of preference); an identity in `pinned` is left as it stands."""
+    view = View(kb, r)
+    drawn: list[Derived] = []
+    for conclusion in r(view) or ():  # type: ignore[arg-type]
+        ident = (conclusion.topic, conclusion.key)
+        if not any(c.covers(*ident) for c in r.conclusions):
+            raise UndeclaredConclusion(f"rule {r.name} concluded {conclusion.topic}:{conclusion.key}, which its "
+                                       "`concludes` does not declare")
+        if conclusion.rule != r.name:
+            raise UndeclaredConclusion(f"rule {r.name} concluded {conclusion.topic}:{conclusion.key} in the name "
+                                       f"of {conclusion.rule!r}")
+        if ident in kb.derived:
+            if ident in pinned or kb.derived[ident].rule == r.name:
+                continue
+            raise UndeclaredConclusion(f"rule {r.name} concluded {ident}, already concluded by "
+                                       f"{kb.derived[ident].rule}")
+        for p in conclusion.premises:
+            if isinstance(p, F.Fact) and not view.handed_fact(p):
+                raise UndeclaredRead(f"rule {r.name} cites a {type(p).__name__}, which its `reads` does not "
+                                     "declare")
+        cited = {id(p) for p in conclusion.premises}
+        extra = tuple(d for d in view.handed if id(d) not in cited and d is not conclusion)
+        if extra:
+            conclusion = attrs.evolve(conclusion, premises=conclusion.premises + extra)
+        override = kb.policy(r.name).get("severity")
+        if override and isinstance(conclusion, Finding):
+            conclusion = attrs.evolve(conclusion, severity=override)
+        kb.derived[ident] = conclusion
+        drawn.append(conclusion)
+    return drawn
+
+
+def run(rules: Iterable[Rule], kb: Knowledge, *, pinned: Optional[dict[tuple, Derived]] = None,
+        check_fixpoint: bool = False) -> list[Firing]:
+    """Fire every rule once, in the order `order` derives; returns the firings in order.
+
+    `pinned` conclusions are placed in the knowledge base first and stand: a rule that would
+    conclude one of them is not heard on it (the what-if run pins projected values this way).
+    A policy can disable a rule or change its findings' severity. With `check_fixpoint`, each
+    rule is fired again on the final knowledge base and must conclude exactly what it did.
     """
-    rules = [r for r in rules if kb.policy(r.name).get("enabled", True)]
-    firings: list[Firing] = []
-    changed = True
-    while changed:
-        changed = False
-        for r in rules:
-            for conclusion in r(kb) or ():
-                ident = (conclusion.topic, conclusion.key)
-                if ident in kb.derived:
-                    continue
-                override = kb.policy(r.name).get("severity")
-                if override and isinstance(conclusion, Finding):
-                    conclusion = attrs.evolve(conclusion, severity=override)
-                kb.derived[ident] = conclusion
-                firings.append(Firing(r.name, conclusion))
-                changed = True
-    return firings
+    ordered = [r for r in order(rules) if kb.policy(r.name).get("enabled", True)]
+    kb.derived.update(pinned or {})
+    held = frozenset(pinned or ())
+    drawn = {r.name: fire(r, kb, held) for r in ordered}
+    if check_fixpoint:
+        for r in ordered:
+            others = {k: d for k, d in kb.derived.items() if d.rule != r.name or k in held}
+            again = fire(r, Knowledge(kb.facts, others), held)
+            if [(d.topic, d.key, d.value) for d in again] != [(d.topic, d.key, d.value) for d in drawn[r.name]]:
+                raise RuleSetError(f"rule {r.name} concludes otherwise when fired again on the final knowledge: "
+                                   "it reads something its declarations do not order it after")
+    return [Firing(r.name, d) for r in ordered for d in drawn[r.name]]
 
 
 def evidence_chain(d: Premise) -> Iterator[F.Fact]:

@@ -97,7 +97,10 @@ BY_FRAMEWORK = {"sglang": SGLANG, "vllm": VLLM}
 
 
 def rules_for(framework: str) -> tuple:
-    return COMMON_BEFORE + BY_FRAMEWORK[framework] + COMMON_AFTER + FINDINGS + WHAT_IF
+    """The rule set for one framework's logs: its own readings, the shared rules, and the
+    findings and projections that apply to it. The engine orders them from their declarations."""
+    return tuple(r for r in COMMON_BEFORE + BY_FRAMEWORK[framework] + COMMON_AFTER + FINDINGS + WHAT_IF
+                 if not r.frameworks or framework in r.frameworks)
 
 
 ALL = COMMON_BEFORE + SGLANG + VLLM + COMMON_AFTER + FINDINGS + WHAT_IF

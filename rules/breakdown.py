@@ -9,6 +9,15 @@ from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
 
+# the lines each reading draws on (its declared reads)
+_WEIGHT_LINES = (F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.WeightsCommitted)
+_KV_LINES = (F.PostCaptureKVSizing, F.KVCacheAllocated, F.SWAKVPoolUsage, F.DSV4MemoryCalculation, F.LoadWeightEnd,
+             F.MemoryPoolEnd, F.MambaCacheAllocated)
+_GRAPH_LINES = (F.GraphCaptureEnd, F.GraphCaptureBegin, F.ServerArgs)
+# what holds memory between the weights load and the end of start-up, besides what is free
+_HELD_SINCE_WEIGHTS = ("weights", "kv_cache", "cuda_graph", "mamba_state", "draft_weights", "draft_kv_cache",
+                       "draft_cuda_graph")
+
 
 def row(category, value, status, rule_name, premises, formula):
     return Derived("breakdown", category, value, rule_name, tuple(p for p in premises if p is not None),
@@ -37,7 +46,9 @@ def _weights(kb, rank, role, category, rule_name):
                                  "for this rank"), "unknown", rule_name, (begin, end), "")
 
 
-@rule("breakdown.weights")
+@rule("breakdown.weights",
+      reads=(*_WEIGHT_LINES, "target_rank"),
+      concludes=("breakdown:weights",))
 def weights(kb):
     """Weights: the `mem usage` of `Load weight end`, else free memory before the load minus
     free memory after it (from `Load weight begin/end`, or the DeepSeek-V4 branch's `Memory
@@ -48,7 +59,9 @@ def weights(kb):
         yield _weights(kb, rank, "target", "weights", "breakdown.weights")
 
 
-@rule("breakdown.draft-weights")
+@rule("breakdown.draft-weights",
+      reads=(*_WEIGHT_LINES, "target_rank"),
+      concludes=("breakdown:draft_weights",))
 def draft_weights(kb):
     """Draft weights (speculative decoding): the draft worker's own weight-load lines."""
     rank = target(kb)
@@ -95,7 +108,9 @@ def _kv(kb, rank, role, category, rule_name):
                                  "pool allocation"), "unknown", rule_name, (), "")
 
 
-@rule("breakdown.kv-cache")
+@rule("breakdown.kv-cache",
+      reads=(*_KV_LINES, "target_rank"),
+      concludes=("breakdown:kv_cache",))
 def kv_cache(kb):
     """KV cache: the final `Post-capture KV sizing` size when post-capture sizing ran; else the
     sum of the `KV Cache is allocated` lines (K+V, or KV for MLA; Full plus SWA sub-pools),
@@ -107,7 +122,9 @@ def kv_cache(kb):
         yield _kv(kb, rank, "target", "kv_cache", "breakdown.kv-cache")
 
 
-@rule("breakdown.draft-kv-cache")
+@rule("breakdown.draft-kv-cache",
+      reads=(*_KV_LINES, "target_rank"),
+      concludes=("breakdown:draft_kv_cache",))
 def draft_kv_cache(kb):
     """Draft KV cache: the draft worker's own KV lines (same #tokens as the target pool)."""
     rank = target(kb)
@@ -140,7 +157,9 @@ def _graphs(kb, rank, role, category, rule_name):
     return row(category, gib(sum(e.mem_usage_gib for e in known)), "measured", rule_name, known, formula)
 
 
-@rule("breakdown.cuda-graph")
+@rule("breakdown.cuda-graph",
+      reads=(*_GRAPH_LINES, "target_rank"),
+      concludes=("breakdown:cuda_graph",))
 def cuda_graph(kb):
     """CUDA graphs: the sum of `mem usage` over every capture of the target model on this rank
     (decode or verify, prefill, piecewise). Each figure is a difference of two free-memory
@@ -150,7 +169,9 @@ def cuda_graph(kb):
         yield _graphs(kb, rank, "target", "cuda_graph", "breakdown.cuda-graph")
 
 
-@rule("breakdown.draft-cuda-graph")
+@rule("breakdown.draft-cuda-graph",
+      reads=(*_GRAPH_LINES, "target_rank"),
+      concludes=("breakdown:draft_cuda_graph",))
 def draft_cuda_graph(kb):
     """Draft CUDA graphs: every draft capture (decode, extend) on this rank. From v0.5.14 only
     TP rank 0 prints them."""
@@ -161,7 +182,9 @@ def draft_cuda_graph(kb):
             yield found
 
 
-@rule("breakdown.mamba-state")
+@rule("breakdown.mamba-state",
+      reads=(F.MambaCacheAllocated, "target_rank"),
+      concludes=("breakdown:mamba_state",))
 def mamba_state(kb):
     """Mamba state (hybrid linear-attention models): conv + SSM state (+ the speculative
     intermediate caches) from `Mamba Cache is allocated`."""
@@ -174,20 +197,25 @@ def mamba_state(kb):
                   + "".join(f" + {x}" for x in extra) + f" GiB ({line_ref(mamba)})")
 
 
-@rule("breakdown.framework")
+@rule("breakdown.framework",
+      reads=(F.LoadWeightBegin, "target_rank", "gpu:total_gib"),
+      concludes=("breakdown:framework",))
 def framework(kb):
     """Framework: memory in use before the weights load — CUDA context, NCCL and custom
     all-reduce buffers, and any other process on the GPU — as the GPU total minus the free
     memory `Load weight begin` reports. Needs the GPU total (`--gpu` or `--gpu-total-gib`)."""
     rank = target(kb)
-    total = kb.get("gpu", "total_gib")
-    if rank is None or total is None:
+    if rank is None:
         return
     begin = kb.first(F.LoadWeightBegin, rank)
     if begin is None:
         yield row("framework", Unknown("the log has no `Load weight begin` line for this rank"),
                   "unknown", "breakdown.framework", (), "")
-    elif not total.known:
+        return
+    total = kb.get("gpu", "total_gib")
+    if total is None:
+        return
+    if not total.known:
         yield row("framework", Unknown(f"needs the GPU's total memory: {total.value.reason}"),
                   "unknown", "breakdown.framework", (begin, total), "")
     else:
@@ -195,7 +223,9 @@ def framework(kb):
                   (total, begin), f"GPU total {total.value} − free before weights {begin.avail_gib} GiB")
 
 
-@rule("breakdown.free")
+@rule("breakdown.free",
+      reads=(F.TokenBudget, F.GraphCaptureEnd, F.MemoryPoolEnd, "target_rank"),
+      concludes=("breakdown:free",))
 def free(kb):
     """Free: what the rank had left at the end of start-up — the `available_gpu_mem` of the
     `max_total_num_tokens` line (TP 0 only), else the last capture-end reading, else the
@@ -221,7 +251,9 @@ def free(kb):
 
 
 
-@rule("breakdown.unattributed")
+@rule("breakdown.unattributed",
+      reads=(F.LoadWeightBegin, "target_rank", "breakdown:free", *(f"breakdown:{c}" for c in _HELD_SINCE_WEIGHTS)),
+      concludes=("breakdown:unattributed",))
 def unattributed(kb):
     """Unattributed: how much the free memory fell during start-up beyond what the lines name —
     free before weights − free at the end − every category above. It holds the request-to-token
@@ -229,8 +261,7 @@ def unattributed(kb):
     Computed only when every figure it needs is known."""
     rank = target(kb)
     begin = kb.first(F.LoadWeightBegin, rank) if rank is not None else None
-    rows = [kb.get("breakdown", c) for c in ("free", "weights", "kv_cache", "cuda_graph", "mamba_state",
-                                            "draft_weights", "draft_kv_cache", "draft_cuda_graph")]
+    rows = [kb.get("breakdown", c) for c in ("free",) + _HELD_SINCE_WEIGHTS]
     present = [r for r in rows if r is not None]
     if begin is None or rows[0] is None or rows[3] is None:
         return

@@ -6,7 +6,9 @@ from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
 
 
-@rule("concurrency")
+@rule("concurrency",
+      reads=(F.Options, F.TokenBudget, "config:dp_size"),
+      concludes=("concurrency",))
 def concurrency(kb):
     """For each request length L: token limit = max_total_num_tokens // L, request limit =
     max_running_requests, concurrent requests = the smaller (the token limit, marked as an upper

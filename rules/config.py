@@ -18,7 +18,9 @@ def _config(key, value, premise, formula):
     return Derived("config", key, value, "config", (premise,), formula)
 
 
-@rule("config")
+@rule("config",
+      reads=(F.ServerArgs, F.LaunchCommand, F.TokenBudget, F.ModelPathHint, F.KVCacheDtype, F.KVCacheAllocated),
+      concludes=(tuple(f"config:{key}" for key in _SERVER_ARGS)))
 def config(kb):
     """Concludes each configuration value the log states: from `server_args` first, then a
     pasted launch command; the
@@ -52,7 +54,9 @@ def config(kb):
             yield _config("kv_cache_dtype", stated[0].dtype, stated[0], f"dtype printed: {stated[0].dtype}")
 
 
-@rule("mem-fraction")
+@rule("mem-fraction",
+      reads=(F.ServerArgs, F.LaunchCommand, F.MemoryProfiling),
+      concludes=("config:mem_fraction_static",))
 def mem_fraction(kb):
     """Concludes mem_fraction_static: the value `server_args` states, else the launch command's
     `--mem-fraction-static`, else the one a `Memory profiling:` line prints (two decimals). Not stated → unknown: SGLang chooses it at

@@ -5,7 +5,9 @@ from capdiag import facts as F
 from capdiag.engine import Finding, rule
 from capdiag.rules._common import line_ref
 
-@rule("context-exceeds-kv", code="CD104", severity="warning", thresholds={"few_requests": 2})
+@rule("context-exceeds-kv", code="CD104", severity="warning", thresholds={"few_requests": 2},
+      reads=(F.VllmStartupError, "kv_pool:tokens", "config:max_model_len?", "config:context_len?"),
+      concludes=("finding:context-exceeds-kv",))
 def context_exceeds_kv(kb, t):
     """What it checks: one request at the full context length (SGLang's `context_len`, vLLM's
     `max_model_len`) does not fit in the KV pool, or only a handful do. vLLM refuses to start

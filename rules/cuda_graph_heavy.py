@@ -7,7 +7,9 @@ from capdiag.rules._common import finding, is_vllm
 
 
 @rule("cuda-graph-heavy", code="CD116", severity="info",
-      thresholds={"max_percent_of_kv": 15.0, "max_percent_of_total": 4.0})
+      thresholds={"max_percent_of_kv": 15.0, "max_percent_of_total": 4.0},
+      reads=(F.Options, F.ServerArgs, "breakdown:cuda_graph", "breakdown:kv_cache", "gpu:total_gib"),
+      concludes=("finding:cuda-graph-heavy",))
 def cuda_graph_heavy(kb, t):
     """What it checks: CUDA-graph memory exceeds `max_percent_of_kv` % of the KV cache or
     `max_percent_of_total` % of the GPU.

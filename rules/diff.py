@@ -35,7 +35,9 @@ def _sides(kb, topic):
     return out
 
 
-@rule("diff.config")
+@rule("diff.config",
+      reads=(F.Compared,),
+      concludes=("diff_config",))
 def config_changes(kb):
     """Every configuration value that differs between the two start-ups (stated in either)."""
     for key, sides in sorted(_sides(kb, "config").items()):
@@ -46,7 +48,9 @@ def config_changes(kb):
                           tuple(x for x in (before, after) if x), f"{key}: {values[0]} → {values[1]}")
 
 
-@rule("diff.memory")
+@rule("diff.memory",
+      reads=(F.Compared, "diff_config"),
+      concludes=("diff_memory",))
 def memory_changes(kb):
     """Each memory category's change on the target rank (GiB), with the configuration change
     that most plausibly explains it."""
@@ -69,7 +73,9 @@ def memory_changes(kb):
                       f"{category} {before.value} → {after.value} GiB ({delta:+.2f}): {why}")
 
 
-@rule("diff.capacity")
+@rule("diff.capacity",
+      reads=(F.Compared,),
+      concludes=("diff_kv_pool", "diff_concurrency"))
 def capacity_changes(kb):
     """Token capacity and concurrency per request length, before and after."""
     for topic in ("kv_pool", "concurrency"):
@@ -81,7 +87,9 @@ def capacity_changes(kb):
                               tuple(x for x in (before, after) if x), f"{topic} {key}: {values[0]} → {values[1]}")
 
 
-@rule("diff.findings")
+@rule("diff.findings",
+      reads=(F.Compared,),
+      concludes=("diff_finding",))
 def finding_changes(kb):
     """Findings that appeared or went away."""
     for name, sides in sorted(_sides(kb, "finding").items()):

@@ -8,7 +8,9 @@ from capdiag.rules._common import finding, gib, is_vllm, target
 GIB = 1 << 30
 
 
-@rule("excess-headroom", code="CD111", severity="info", thresholds={"max_free_gib": 8.0, "keep_gib": 3.0})
+@rule("excess-headroom", code="CD111", severity="info", thresholds={"max_free_gib": 8.0, "keep_gib": 3.0},
+      reads=(F.Options, F.LoadWeightBegin, F.MemoryProfiling, "target_rank", "breakdown:free?", "breakdown:kv_cache", "breakdown:budget?", "config:gpu_memory_utilization?", "config:mem_fraction_static?", "gpu:total_gib", "kv_pool:bytes_per_token", "kv_pool:tokens"),
+      concludes=("finding:excess-headroom",))
 def excess_headroom(kb, t):
     """What it checks: more than `max_free_gib` GiB is still free at the end of start-up.
 

@@ -1,12 +1,15 @@
 """fp8-kv-opportunity (CD114)."""
 from __future__ import annotations
 
+from capdiag import facts as F
 from capdiag.engine import rule
 from capdiag.rules._common import finding, is_vllm
 from capdiag.rules.kv_theory import element_size
 
 
-@rule("fp8-kv-opportunity", code="CD114", severity="info")
+@rule("fp8-kv-opportunity", code="CD114", severity="info",
+      reads=(F.Options, "kv_pool:dtype", "kv_pool:theoretical_bytes_per_token", "kv_pool:tokens", "concurrency"),
+      concludes=("finding:fp8-kv-opportunity",))
 def fp8_kv_opportunity(kb):
     """What it checks: the KV cache is stored in a 16-bit type (bf16/fp16).
 

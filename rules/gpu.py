@@ -6,7 +6,9 @@ from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref
 
 
-@rule("gpu.identity")
+@rule("gpu.identity",
+      reads=(F.GpuSpec, F.SmiGpu, F.DeviceName),
+      concludes=("gpu:identity",))
 def identity(kb):
     """Concludes the GPU model by name — `--gpu`, the names nvidia-smi prints, the
     `device_name=` of MoE kernel-config lines — never by memory size (several GPUs share
@@ -33,7 +35,9 @@ def identity(kb):
     yield Derived("gpu", "identity", detail, "gpu.identity", tuple(specs) + tuple(named_by[:4]), formula, detail)
 
 
-@rule("gpu.total")
+@rule("gpu.total",
+      reads=(F.GpuTotal, F.SmiGpu, F.VllmMemoryProfile, F.VllmStartupMemory, F.OutOfMemory, F.GpuSpec, "gpu:identity"),
+      concludes=("gpu:total_gib",))
 def total(kb):
     """Concludes the GPU total in GiB, measured figures first: `--gpu-total-gib`, nvidia-smi's
     memory.total, a total the log prints (vLLM's profiling record or `Free memory on device

@@ -5,7 +5,9 @@ from capdiag.engine import rule
 from capdiag.rules._common import finding
 
 
-@rule("kv-head-replication", code="CD113", severity="info", needs=("config.json",))
+@rule("kv-head-replication", code="CD113", severity="info", needs=("config.json",),
+      reads=("kv_pool:theoretical_bytes_per_token",),
+      concludes=("finding:kv-head-replication",))
 def kv_head_replication(kb):
     """What it checks: the model has fewer KV heads than the attention TP size (config.json),
     so each rank stores a copy of one head and the same KV is held several times.

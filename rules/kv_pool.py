@@ -18,7 +18,9 @@ def main_kv_line(lines, budget):
     return (full or matching or sorted(real, key=lambda f: -f.tokens) or [None])[0]
 
 
-@rule("kv-pool.tokens")
+@rule("kv-pool.tokens",
+      reads=(F.TokenBudget, F.KVCacheAllocated, F.DSV4MemoryCalculation, "target_rank"),
+      concludes=("kv_pool:tokens",))
 def tokens(kb):
     """Token capacity of the target pool on this rank: `#tokens` of the full-attention KV line
     (hybrid sliding-window models print a smaller SWA pool too), else `max_total_num_tokens`,
@@ -41,7 +43,9 @@ def tokens(kb):
         yield Derived("kv_pool", "tokens", Unknown("the log prints no pool token count"), "kv-pool.tokens")
 
 
-@rule("kv-pool.bytes-per-token")
+@rule("kv-pool.bytes-per-token",
+      reads=(F.DSV4MemoryCalculation, "target_rank", "kv_pool:tokens", "breakdown:kv_cache"),
+      concludes=("kv_pool:bytes_per_token",))
 def bytes_per_token(kb):
     """Bytes per token the log implies: KV bytes / tokens. The sizes are printed in GiB with
     two decimals, so the figure carries that rounding (±0.005 GiB); the pool also holds one
@@ -67,7 +71,9 @@ def bytes_per_token(kb):
                   {"low": round(low), "high": round(high)})
 
 
-@rule("kv-pool.budget")
+@rule("kv-pool.budget",
+      reads=(F.MemoryProfiling, F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryPoolEnd, "target_rank", "config:mem_fraction_static"),
+      concludes=("kv_pool:budget_gib", "kv_pool:headroom_gib"))
 def budget(kb):
     """The KV budget SGLang sized the pool from: free memory after weights minus free memory
     before weights × (1 − mem_fraction_static). SGLang takes both readings as the minimum over

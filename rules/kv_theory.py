@@ -57,7 +57,9 @@ def _is_compressed_swa(cfg: dict) -> bool:
     return "deepseek_v4" in text or "deepseekv4" in text or "compress_ratios" in cfg
 
 
-@rule("kv-pool.theoretical")
+@rule("kv-pool.theoretical",
+      reads=(F.ModelConfig, "kv_pool:dtype", "config:tp_size", "config:pp_size", "config:dp_size", "config:enable_dp_attention?"),
+      concludes=("kv_pool:theoretical_bytes_per_token",))
 def theoretical(kb):
     """Theoretical KV bytes per token per rank from config.json (see the module text for the
     formulas), with the KV dtype the log states (else the model's dtype for `auto`). Says how
@@ -116,7 +118,9 @@ def theoretical(kb):
                   {"attention": "mha", "kv_heads_per_rank": per_rank, "replication": copies, "layers": layers})
 
 
-@rule("kv-pool.dtype")
+@rule("kv-pool.dtype",
+      reads=(F.KVCacheAllocated, F.KVCacheDtype, F.LoadWeightEnd, F.VllmEngineConfig, F.ModelConfig, "config:kv_cache_dtype"),
+      concludes=("kv_pool:dtype",))
 def kv_dtype(kb):
     """The KV element type in use: what the log's KV lines print, else the configured
     kv_cache_dtype, else — for `auto` — the model's dtype (the weight-load line, vLLM's engine
@@ -147,7 +151,9 @@ def kv_dtype(kb):
                       "kv-pool.dtype", (model,))
 
 
-@rule("kv-pool.compare")
+@rule("kv-pool.compare",
+      reads=(F.ModelConfig, "kv_pool:bytes_per_token", "kv_pool:theoretical_bytes_per_token", "breakdown:draft_kv_cache?"),
+      concludes=("kv_pool:comparison",))
 def compare(kb):
     """The log's implied bytes per token against the theoretical figure, and what explains a
     difference: SGLang's pool holds one padding page (K size covers tokens + page); a draft

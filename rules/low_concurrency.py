@@ -5,7 +5,9 @@ from capdiag.engine import rule
 from capdiag.rules._common import finding
 
 
-@rule("low-concurrency", code="CD124", severity="warning", thresholds={"request_tokens": 4096, "min_concurrent": 1})
+@rule("low-concurrency", code="CD124", severity="warning", thresholds={"request_tokens": 4096, "min_concurrent": 1},
+      reads=("config:max_running_requests", "kv_pool:tokens"),
+      concludes=("finding:low-concurrency",))
 def low_concurrency(kb, t):
     """What it checks: fewer than `min_concurrent` requests of `request_tokens` tokens fit at once
     — the KV tokens // request length, capped by the request limit where the log states it.

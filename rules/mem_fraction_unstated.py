@@ -3,8 +3,13 @@ from __future__ import annotations
 
 from capdiag.engine import Finding, rule
 
+# the conclusions drawn from mem_fraction_static (rules/kv_pool.py's budget)
+_NEEDS_IT = ("budget_gib", "headroom_gib")
 
-@rule("mem-fraction-unstated", code="CD103", severity="info", frameworks=("sglang",))
+
+@rule("mem-fraction-unstated", code="CD103", severity="info", frameworks=("sglang",),
+      reads=("config:mem_fraction_static", *(f"kv_pool:{key}" for key in _NEEDS_IT)),
+      concludes=("finding:mem-fraction-unstated",))
 def mem_fraction_unstated(kb):
     """What it checks: the log does not state SGLang's `mem_fraction_static` (no intact
     `server_args` line, no `Memory profiling:` line).
@@ -21,7 +26,8 @@ def mem_fraction_unstated(kb):
     mfs = kb.get("config", "mem_fraction_static")
     if mfs is None or mfs.known:
         return
-    blocked = [d for d in kb.derived.values() if not d.known and mfs in d.premises]
+    blocked = [d for d in (kb.get("kv_pool", key) for key in _NEEDS_IT)
+               if d is not None and not d.known and mfs in d.premises]
     names = sorted({f"{d.topic}.{d.key}" for d in blocked})
     yield Finding("finding", "mem-fraction-unstated", None, "mem-fraction-unstated", (mfs, *blocked),
                   f"{mfs.value.reason}; not computed because of it: {', '.join(names) or 'nothing else'}.",

@@ -7,7 +7,9 @@ from capdiag.rules._common import finding
 from capdiag.rules.weights_theory import _experts
 
 
-@rule("moe-expert-buffers", code="CD122", severity="info")
+@rule("moe-expert-buffers", code="CD122", severity="info",
+      reads=(F.DeviceName, F.ModelConfig),
+      concludes=("finding:moe-expert-buffers",))
 def moe_expert_buffers(kb):
     """What it checks: the model is a mixture of experts (config.json experts, MoE kernel-config
     lines in the log).

@@ -21,7 +21,9 @@ def gpu_index(rank: F.Rank, tp_size: int, base: int, step: int) -> int | None:
     return base + ((rank.pp or 0) * tp_size + rank.tp_index) * step
 
 
-@rule("nvidia-smi.ranks")
+@rule("nvidia-smi.ranks",
+      reads=(F.Fact, "config:tp_size"),
+      concludes=("nvidia_smi",))
 def ranks(kb):
     """Pairs each rank with the GPU nvidia-smi lists at index base_gpu_id + (PP stage × TP size
     + TP rank) × gpu_id_step (SGLang's placement; base 0, step 1 unless server_args says
@@ -55,7 +57,9 @@ def ranks(kb):
                        f"every GPU within {SPREAD_GIB} GiB of the median used {mid:.0f} MiB"))
 
 
-@rule("breakdown.other")
+@rule("breakdown.other",
+      reads=("target_rank", "nvidia_smi", *(f"breakdown:{c}?" for c in _HELD)),
+      concludes=("breakdown:other",))
 def other(kb):
     """Other: memory in use that no line accounts for — nvidia-smi's used memory on the target
     rank's GPU minus every category the log explains (framework, weights, KV cache, Mamba

@@ -10,7 +10,9 @@ from capdiag.rules._common import is_vllm, line_ref
 _POOL_SIZED = (F.MemoryPoolEnd, F.VllmKVCacheSize, F.VllmGpuBlocks, F.VllmAvailableKV)
 
 
-@rule("out-of-memory", code="CD102", severity="error")
+@rule("out-of-memory", code="CD102", severity="error",
+      reads=(F.Fact,),
+      concludes=("finding:out-of-memory",))
 def out_of_memory(kb):
     """What it checks: a CUDA out-of-memory error; SGLang's "Not enough memory" or "Loaded
     weights leave no GPU memory for the KV cache"; vLLM's "No available memory for the cache

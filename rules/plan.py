@@ -30,8 +30,8 @@ PREFILL_TOKENS = 8192
 TP_CHOICES = (1, 2, 4, 8, 16, 32)
 
 
-def _bucket(name, gib, premises, formula, estimate=False):
-    return Derived("plan", name, round(gib, 2) if isinstance(gib, (int, float)) else gib, f"plan.{name}",
+def _bucket(rule_name, name, gib, premises, formula, estimate=False):
+    return Derived("plan", name, round(gib, 2) if isinstance(gib, (int, float)) else gib, rule_name,
                    tuple(p for p in premises if p is not None), formula, {"estimate": estimate})
 
 
@@ -43,7 +43,9 @@ def _tp(req: F.PlanRequest) -> int:
     return req.tp or req.gpus or 1
 
 
-@rule("plan.parameters")
+@rule("plan.parameters",
+      reads=(F.PlanRequest, F.ModelConfig),
+      concludes=("plan:parameters",))
 def parameters(kb):
     """Parameters: `--params` (e.g. 70B), else counted from config.json."""
     req, model = _request(kb), kb.first(F.ModelConfig, role=None)
@@ -59,7 +61,9 @@ def parameters(kb):
         yield Derived("plan", "parameters", Unknown("give --params or --config-json"), "plan.parameters", (req,))
 
 
-@rule("plan.weights")
+@rule("plan.weights",
+      reads=(F.PlanRequest, "plan:parameters"),
+      concludes=("plan:weights",))
 def weights(kb):
     """Weights per GPU: parameters × bytes per weight (bf16/fp16 2, fp8/int8 1, int4 0.5 plus its
     quantization scales, not counted) / 2^30, split over TP."""
@@ -68,16 +72,18 @@ def weights(kb):
         return
     per = BYTES_PER_WEIGHT.get(req.weight_dtype.lower())
     if not params.known or per is None:
-        yield _bucket("weights", Unknown(params.value.reason if not params.known else
+        yield _bucket("plan.weights", "weights", Unknown(params.value.reason if not params.known else
                                          f"unknown weight dtype {req.weight_dtype!r}"), (req, params), "")
         return
     total = params.value * per / GIB
     note = " (+ int4 quantization scales, not counted)" if per == 0.5 else ""
-    yield _bucket("weights", total / _tp(req), (req, params),
+    yield _bucket("plan.weights", "weights", total / _tp(req), (req, params),
                   f"{params.value / 1e9:g} B × {per:g} B = {total:.1f} GiB{note}; ÷ TP {_tp(req)}")
 
 
-@rule("plan.kv-per-token")
+@rule("plan.kv-per-token",
+      reads=(F.PlanRequest, F.ModelConfig),
+      concludes=("plan:kv_per_token",))
 def kv_per_token(kb):
     """KV bytes per token per GPU from config.json: full-attention layers × KV heads on the rank
     (max(1, heads // TP)) × head_dim × 2 × bytes of the KV dtype; MLA: (kv_lora_rank +
@@ -106,7 +112,9 @@ def kv_per_token(kb):
                   f"{formula} = {value:,} B ({value / (1 << 20):.4f} MiB) per token per GPU")
 
 
-@rule("plan.usable")
+@rule("plan.usable",
+      reads=(F.PlanRequest, "gpu:total_gib"),
+      concludes=("plan:usable",))
 def usable(kb):
     """Usable memory per GPU: the measured total (`--gpu-total-gib`, else the reference's
     nvidia-smi total for `--gpu`) × the framework's static fraction (SGLang mem_fraction_static,
@@ -123,7 +131,9 @@ def usable(kb):
                   + ("" if req.fraction is not None else " (default; give --fraction)"))
 
 
-@rule("plan.buckets")
+@rule("plan.buckets",
+      reads=(F.PlanRequest, F.ModelConfig, "plan:kv_per_token", "plan:usable", "plan:parameters"),
+      concludes=("plan:kv_cache", "plan:activation", "plan:framework", "plan:headroom", "plan:training_state"))
 def buckets(kb):
     """The remaining buckets per GPU: KV cache for the workload, activation and framework
     estimates, and headroom (a share of usable memory); with `--training`, the optimizer state."""
@@ -134,21 +144,21 @@ def buckets(kb):
     tokens = sum(ctx * count for ctx, count in req.workloads)
     if req.workloads:
         if per_token.known:
-            yield _bucket("kv_cache", tokens * per_token.value / GIB, (req, per_token),
+            yield _bucket("plan.buckets", "kv_cache", tokens * per_token.value / GIB, (req, per_token),
                           " + ".join(f"{count} × {ctx:,}" for ctx, count in req.workloads)
                           + f" = {tokens:,} tokens × {per_token.value:,} B")
         else:
-            yield _bucket("kv_cache", Unknown(per_token.value.reason), (req, per_token), "")
+            yield _bucket("plan.buckets", "kv_cache", Unknown(per_token.value.reason), (req, per_token), "")
     hidden = model.fields.get("hidden_size") if model is not None else None
     act = 1.0 + (PREFILL_TOKENS * hidden * 2 * 10 / GIB if hidden else 1.0)
-    yield _bucket("activation", act, (req, model),
+    yield _bucket("plan.buckets", "activation", act, (req, model),
                   f"estimate: 1 GiB + {PREFILL_TOKENS} prefill tokens × hidden {hidden} × 2 B × 10" if hidden
                   else "estimate: 2 GiB (no hidden size known)", estimate=True)
-    yield _bucket("framework", 1.0 + (0.5 if _tp(req) > 1 else 0.0), (req,),
+    yield _bucket("plan.buckets", "framework", 1.0 + (0.5 if _tp(req) > 1 else 0.0), (req,),
                   "estimate: 1 GiB CUDA context and allocator" + (" + 0.5 GiB NCCL" if _tp(req) > 1 else ""),
                   estimate=True)
     if usable_d.known:
-        yield _bucket("headroom", usable_d.value * req.headroom, (req, usable_d),
+        yield _bucket("plan.buckets", "headroom", usable_d.value * req.headroom, (req, usable_d),
                       f"{req.headroom:.0%} of usable {usable_d.value} GiB")
     params = kb.get("plan", "parameters")
     if req.training and params is not None and params.known:
@@ -162,12 +172,14 @@ def buckets(kb):
             state = params.value * LORA_TRAINABLE * TRAINING_BYTES["full"] / GIB
             formula = (f"LoRA adapters ≈ {LORA_TRAINABLE:.0%} of {params.value / 1e9:g} B parameters × "
                        f"{TRAINING_BYTES['full']} B (frozen weights are in the weights bucket)")
-        yield _bucket("training_state", state / _tp(req), (req, params),
+        yield _bucket("plan.buckets", "training_state", state / _tp(req), (req, params),
                       f"{formula}; ÷ {_tp(req)} GPUs (sharded); activations depend on batch and sequence length and "
                       "are not included")
 
 
-@rule("plan.verdict")
+@rule("plan.verdict",
+      reads=(F.PlanRequest, F.ModelConfig, "plan"),
+      concludes=("plan:verdict",))
 def verdict(kb):
     """Fits / fits at TP=N / does not fit: the per-GPU buckets against usable memory; the
     smallest TP (1, 2, 4, … up to the GPUs given) that fits; and the most concurrent requests at

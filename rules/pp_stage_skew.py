@@ -9,7 +9,9 @@ _READINGS = ((F.LoadWeightEnd, "mem_usage_gib", "weights"), (F.VllmModelLoading,
              (F.MemoryPoolEnd, "avail_gib", "free after pools"), (F.VllmAvailableKV, "gib", "available KV memory"))
 
 
-@rule("pp-stage-skew", code="CD118", severity="warning", thresholds={"max_spread_gib": 2.0})
+@rule("pp-stage-skew", code="CD118", severity="warning", thresholds={"max_spread_gib": 2.0},
+      reads=(F.LoadWeightEnd, F.MemoryPoolEnd, F.VllmAvailableKV, F.VllmModelLoading),
+      concludes=("finding:pp-stage-skew",))
 def pp_stage_skew(kb, t):
     """What it checks: pipeline stages differ by more than `max_spread_gib` GiB in weights, free
     memory after the pools, or available KV memory.

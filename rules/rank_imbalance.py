@@ -11,7 +11,9 @@ _READINGS = ((F.LoadWeightBegin, "avail_gib", "free before weights"), (F.LoadWei
              (F.VllmModelLoading, "gib", "weights"), (F.VllmAvailableKV, "gib", "available KV memory"))
 
 
-@rule("rank-imbalance", code="CD112", severity="warning", thresholds={"max_spread_gib": 1.0})
+@rule("rank-imbalance", code="CD112", severity="warning", thresholds={"max_spread_gib": 1.0},
+      reads=(F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryPoolEnd, F.VllmAvailableKV, F.VllmModelLoading),
+      concludes=("finding:rank-imbalance",))
 def rank_imbalance(kb, t):
     """What it checks: ranks of one launch differ by more than `max_spread_gib` GiB in free
     memory before or after weights, in weights, or in KV memory.

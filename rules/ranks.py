@@ -6,7 +6,9 @@ from capdiag.engine import Derived, rule
 from capdiag.rules._common import line_ref
 
 
-@rule("ranks.binding")
+@rule("ranks.binding",
+      reads=(F.LoadWeightEnd, F.MemoryPoolEnd, F.VllmAvailableKV),
+      concludes=("binding_rank",))
 def binding_rank(kb):
     """The rank with the least memory for its KV pool binds every rank's pool (SGLang sizes the
     pool from the minimum over ranks; vLLM takes the smallest worker's block count). SGLang:
@@ -44,7 +46,9 @@ _BAR_CATEGORIES = ("framework", "weights", "kv_cache", "mamba_state", "cuda_grap
                    "draft_cuda_graph", "other", "free")
 
 
-@rule("ranks.memory")
+@rule("ranks.memory",
+      reads=(F.Fact, "gpu:total_gib", "target_rank", "breakdown", "nvidia_smi?"),
+      concludes=("rank_memory",))
 def rank_memory(kb):
     """Each rank's memory by category, from the figures that rank printed (for the per-rank
     bars): weights, KV cache, Mamba state, CUDA graphs (every capture of the rank), free at the

@@ -1,11 +1,14 @@
 """request-limit-binds (CD115)."""
 from __future__ import annotations
 
+from capdiag import facts as F
 from capdiag.engine import rule
 from capdiag.rules._common import finding, is_vllm
 
 
-@rule("request-limit-binds", code="CD115", severity="info")
+@rule("request-limit-binds", code="CD115", severity="info",
+      reads=(F.Options, "concurrency"),
+      concludes=("finding:request-limit-binds",))
 def request_limit_binds(kb):
     """What it checks: at some request length the request limit (`max_running_requests`, vLLM
     `max_num_seqs`) caps concurrency before the KV tokens do — or the reverse across lengths.

@@ -9,7 +9,9 @@ _PHASE_WORDS = {"init": "process start-up", "weights": "weight loading", "kv_poo
                 "graph_capture": "CUDA graph capture", "ready": "ready"}
 
 
-@rule("startup-incomplete", code="CD101", severity="warning")
+@rule("startup-incomplete", code="CD101", severity="warning",
+      reads=(F.Fact, "phase"),
+      concludes=("finding:startup-incomplete",))
 def startup_incomplete(kb):
     """What it checks: the launch never reaches its ready line (SGLang: "The server is fired up and
     ready to roll!"; vLLM: "Application startup complete." or the engine's `init engine … took`).

@@ -6,7 +6,9 @@ from capdiag.engine import Derived, rule
 from capdiag.rules._common import line_ref
 
 
-@rule("startup.phase")
+@rule("startup.phase",
+      reads=(F.Fact,),
+      concludes=("phase",))
 def phase(kb):
     """The last start-up phase the launch reached (init, weights, KV pool, graph capture,
     ready), and the last line that shows it."""

@@ -27,7 +27,9 @@ def _matches(rank: F.Rank, wanted: dict[str, int]) -> bool:
     return all(values[k] == v for k, v in wanted.items())
 
 
-@rule("target-rank")
+@rule("target-rank",
+      reads=(F.Fact,),
+      concludes=("target_rank",))
 def target_rank(kb):
     """Concludes the rank to break down: `--target-rank` as a TP index (`3`) or tags (`tp3`,
     `pp1`, `dp2`, `pp1,tp0`); by default TP 0 of DP worker 0 and PP stage 0. Lines without a

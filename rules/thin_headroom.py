@@ -1,11 +1,14 @@
 """thin-headroom (CD110)."""
 from __future__ import annotations
 
+from capdiag import facts as F
 from capdiag.engine import rule
 from capdiag.rules._common import finding, is_vllm, knob
 
 
-@rule("thin-headroom", code="CD110", severity="warning", thresholds={"min_free_gib": 1.0})
+@rule("thin-headroom", code="CD110", severity="warning", thresholds={"min_free_gib": 1.0},
+      reads=(F.Options, "breakdown:budget?", "breakdown:free?", "gpu:total_gib"),
+      concludes=("finding:thin-headroom",))
 def thin_headroom(kb, t):
     """What it checks: the memory left free at the end of start-up (SGLang: free after graph
     capture; vLLM: total − total × gpu_memory_utilization) is below `min_free_gib` GiB.

@@ -6,7 +6,9 @@ from capdiag.rules._common import finding
 
 
 @rule("unexplained-memory", code="CD106", severity="warning", thresholds={"max_gib": 2.0, "max_percent": 3.0},
-      needs=("nvidia-smi",))
+      needs=("nvidia-smi",),
+      reads=("breakdown:other", "gpu:total_gib"),
+      concludes=("finding:unexplained-memory",))
 def unexplained_memory(kb, t):
     """What it checks: the `other` row — nvidia-smi's used memory minus everything the log
     accounts for — is above `max_gib` GiB and above `max_percent` % of the GPU total (when the

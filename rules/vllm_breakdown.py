@@ -24,7 +24,9 @@ def _startup(kb, rank, attr):
     return (s, getattr(s, attr)) if s is not None else (None, None)
 
 
-@rule("vllm.breakdown.weights")
+@rule("vllm.breakdown.weights",
+      reads=(F.VllmModelLoading, F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank"),
+      concludes=("breakdown:weights",))
 def weights(kb):
     """Weights: `Model loading took X GiB` (torch memory the load allocated on this rank; older
     releases print "GB" for the same GiB figure), else the profiling record's `model weights
@@ -47,7 +49,9 @@ def weights(kb):
               "vllm.breakdown.weights", (), "")
 
 
-@rule("vllm.breakdown.kv-cache")
+@rule("vllm.breakdown.kv-cache",
+      reads=(F.VllmAvailableKV, F.VllmMemoryProfile, F.VllmInitialFree, "target_rank"),
+      concludes=("breakdown:kv_cache",))
 def kv_cache(kb):
     """KV cache: `Available KV cache memory` (the bytes turned into blocks), else the profiling
     record's KV figure (`the rest of the memory reserved for KV Cache`, `kv_cache_size=`), else
@@ -72,7 +76,9 @@ def kv_cache(kb):
                   "vllm.breakdown.kv-cache", (), "")
 
 
-@rule("vllm.breakdown.cuda-graph")
+@rule("vllm.breakdown.cuda-graph",
+      reads=(F.VllmGraphCapture, F.VllmGraphPool, F.VllmGraphEstimate, "target_rank", "config:enforce_eager"),
+      concludes=("breakdown:cuda_graph",))
 def cuda_graph(kb):
     """CUDA graphs: `Graph capturing finished …, took X GiB` (free memory before minus after
     capture), else the 0.18+ `CUDA graph pool memory … (actual)`, else the pre-capture
@@ -84,7 +90,6 @@ def cuda_graph(kb):
     capture = next((g for g in kb.of(F.VllmGraphCapture, rank=rank) if g.gib is not None), None)
     pool = kb.first(F.VllmGraphPool, rank)
     estimate = kb.first(F.VllmGraphEstimate, rank)
-    eager = kb.get("config", "enforce_eager")
     if capture is not None and capture.gib >= 0:
         yield row("cuda_graph", capture.gib, "measured", "vllm.breakdown.cuda-graph", (capture,),
                   f"Graph capturing took {capture.gib} GiB ({line_ref(capture)})")
@@ -98,14 +103,17 @@ def cuda_graph(kb):
     elif estimate is not None:
         yield row("cuda_graph", estimate.gib, "derived", "vllm.breakdown.cuda-graph", (estimate,),
                   f"vLLM's estimate before capture ({line_ref(estimate)}); no measured figure")
-    elif eager is not None and eager.value is True:
-        yield row("cuda_graph", 0.0, "derived", "vllm.breakdown.cuda-graph", (eager,), "enforce_eager=True: no graphs")
+    elif kb.value("config", "enforce_eager") is True:
+        yield row("cuda_graph", 0.0, "derived", "vllm.breakdown.cuda-graph", (kb.get("config", "enforce_eager"),),
+                  "enforce_eager=True: no graphs")
     else:
         yield row("cuda_graph", Unknown("the log shows no graph-capture figure for this rank"), "unknown",
                   "vllm.breakdown.cuda-graph", (), "")
 
 
-@rule("vllm.breakdown.activation")
+@rule("vllm.breakdown.activation",
+      reads=(F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank"),
+      concludes=("breakdown:activation",))
 def activation(kb):
     """Activation: the peak activation memory of the profiling forward pass, where printed (V0
     record, 0.10.2+ `Free memory on device` report). vLLM reserves it inside the budget."""
@@ -120,7 +128,9 @@ def activation(kb):
             return
 
 
-@rule("vllm.breakdown.framework")
+@rule("vllm.breakdown.framework",
+      reads=(F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank", "breakdown:weights"),
+      concludes=("breakdown:framework",))
 def framework(kb):
     """Framework: non-torch memory (CUDA context, NCCL and custom all-reduce buffers) as the
     profiling record or the `Free memory on device` report prints it; from 0.27 that report
@@ -146,7 +156,9 @@ def framework(kb):
               "vllm.breakdown.framework", (), "")
 
 
-@rule("vllm.breakdown.budget")
+@rule("vllm.breakdown.budget",
+      reads=(F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank", "config:gpu_memory_utilization", "gpu:total_gib"),
+      concludes=("breakdown:budget",))
 def budget(kb):
     """Budget: what vLLM may use, total × gpu_memory_utilization (printed by the profiling
     record and the `Free memory on device` report, else computed from a stated total and

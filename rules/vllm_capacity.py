@@ -17,7 +17,9 @@ def release(version) -> tuple:
     return tuple(parts)
 
 
-@rule("vllm.kv-pool.tokens")
+@rule("vllm.kv-pool.tokens",
+      reads=(F.VllmKVCacheSize, F.VllmStartupError, F.VllmGpuBlocks, F.VllmHybridBlockSize, "config:block_size", "config:framework_version"),
+      concludes=("kv_pool:tokens",))
 def tokens(kb):
     """Token capacity: `GPU KV cache size: N tokens`. Up to 0.11.0 the engine prints one such
     line per worker and uses the smallest, so the minimum is the capacity; older engines print
@@ -55,7 +57,9 @@ def tokens(kb):
         yield Derived("kv_pool", "tokens", Unknown(reason), "vllm.kv-pool.tokens", (blocks,) if blocks else ())
 
 
-@rule("vllm.kv-pool.bytes-per-token")
+@rule("vllm.kv-pool.bytes-per-token",
+      reads=("kv_pool:tokens", "breakdown:kv_cache"),
+      concludes=("kv_pool:bytes_per_token",))
 def bytes_per_token(kb):
     """Bytes per token the log implies: the available KV memory / the token capacity (GiB
     printed to two decimals, so ±0.005 GiB of rounding)."""
@@ -73,7 +77,9 @@ def bytes_per_token(kb):
                   f"(printed rounding: {(gib_value - 0.005) * (1 << 30) / n:.0f}–{(gib_value + 0.005) * (1 << 30) / n:.0f} B)")
 
 
-@rule("vllm.concurrency")
+@rule("vllm.concurrency",
+      reads=(F.Options, "kv_pool:tokens", "config:max_running_requests"),
+      concludes=("concurrency",))
 def concurrency(kb):
     """For each request length L: token limit = KV tokens // L; request limit = max_num_seqs
     where the log states it (its default depends on release and GPU, so it is not assumed);
@@ -102,7 +108,9 @@ def concurrency(kb):
                       tuple(p for p in (tokens_d, seqs) if p is not None), formula, detail)
 
 
-@rule("vllm.concurrency-check")
+@rule("vllm.concurrency-check",
+      reads=(F.VllmMaxConcurrency, "kv_pool:tokens"),
+      concludes=("concurrency_check",))
 def concurrency_check(kb):
     """vLLM's own `Maximum concurrency for N tokens per request: X` beside capdiag's figure at
     N: KV tokens / N must give X (to two decimals), else the two disagree and the report says so."""

@@ -21,7 +21,9 @@ def _stated(value) -> bool:
     return isinstance(value, (str, int, float, bool))
 
 
-@rule("vllm.config")
+@rule("vllm.config",
+      reads=(F.VllmVersion, F.VllmEngineConfig, F.VllmArgs, F.LaunchCommand, F.VllmMaxModelLen, F.VllmMaxConcurrency, F.VllmStartupError),
+      concludes=("config:framework_version", *(f"config:{key}" for key in _FIELDS)))
 def config(kb):
     """Concludes each configuration value the log states: the version from the banner or the
     engine line; the rest from the engine-config line (resolved values: `max_seq_len` is
@@ -68,7 +70,9 @@ def config(kb):
                           f"the start-up error states max seq len {error.model_len} ({line_ref(error)})")
 
 
-@rule("vllm.gpu-memory-utilization")
+@rule("vllm.gpu-memory-utilization",
+      reads=(F.VllmArgs, F.VllmMemoryProfile, F.VllmStartupMemory, F.VllmUtilizationAdvice, F.VllmInitialFree),
+      concludes=("config:gpu_memory_utilization",))
 def gpu_memory_utilization(kb):
     """Concludes gpu_memory_utilization from the first statement of it: the arguments, the V0
     profiling record, the `Free memory on device` report, the 0.20+ CUDA-graph advice line, the

@@ -89,7 +89,9 @@ def bytes_per_weight(cfg: dict) -> tuple[Optional[float], str]:
     return (float(elem), f"{cfg.get('torch_dtype') or cfg.get('dtype')} weights") if elem else (None, "no dtype")
 
 
-@rule("weights.theoretical")
+@rule("weights.theoretical",
+      reads=(F.ModelConfig, "breakdown:weights", "config:tp_size", "config:pp_size"),
+      concludes=("weights:theoretical_gib",))
 def theoretical(kb):
     """Expected weights per rank from config.json: parameters × bytes per weight / (TP × PP),
     against the measured `weights` row. Within ±15% they agree; beyond, the report lists what

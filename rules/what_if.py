@@ -35,8 +35,8 @@ def _min_reading(kb, kind, attr) -> tuple[Optional[float], list]:
 class _Projection:
     """Collects the projected figures, their derivation lines and what could not be projected."""
 
-    def __init__(self, changes: dict[str, Any]):
-        self.changes, self.lines, self.not_projected, self.values = changes, [], [], {}
+    def __init__(self, rule_name: str, changes: dict[str, Any]):
+        self.rule, self.changes, self.lines, self.not_projected, self.values = rule_name, changes, [], [], {}
 
     def note(self, text: str):
         self.lines.append(text)
@@ -134,7 +134,9 @@ def _findings_change(kb, p: _Projection, free_after: Optional[float]):
     p.values["findings_disappear"] = sorted(now - then)
 
 
-@rule("what-if.sglang")
+@rule("what-if.sglang", frameworks=("sglang",),
+      reads=(F.WhatIf, F.Options, F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.DSV4MemoryCalculation, F.MambaCacheAllocated, F.ModelConfig, "breakdown:free", "breakdown:kv_cache", "breakdown:weights", "config:context_len", "config:max_model_len?", "config:max_running_requests", "config:mem_fraction_static", "config:page_size", "config:tp_size", "kv_pool:bytes_per_token", "kv_pool:dtype", "kv_pool:tokens", "kv_pool:theoretical_bytes_per_token", "finding"),
+      concludes=("what_if",))
 def sglang(kb):
     """Projects an SGLang start-up under `--what-if` changes: mem_fraction_static,
     kv_cache_dtype, page_size, tp_size (with config.json), max_running_requests, context_len.
@@ -144,7 +146,7 @@ def sglang(kb):
     request = kb.first(F.WhatIf, role=None)
     if request is None or is_vllm(kb):
         return
-    p = _Projection(request.changes)
+    p = _Projection("what-if.sglang", request.changes)
     _foreign_keys(p, "sglang")
     pre, pre_facts = _min_reading(kb, F.LoadWeightBegin, "avail_gib")
     after, after_facts = _min_reading(kb, F.LoadWeightEnd, "avail_gib")
@@ -204,7 +206,9 @@ def sglang(kb):
     yield _conclude(p, premises)
 
 
-@rule("what-if.vllm")
+@rule("what-if.vllm", frameworks=("vllm",),
+      reads=(F.WhatIf, F.Options, F.ModelConfig, "gpu:total_gib", "config:gpu_memory_utilization", "breakdown:kv_cache", "breakdown:weights", "kv_pool:bytes_per_token", "kv_pool:dtype", "kv_pool:theoretical_bytes_per_token", "config:block_size", "config:max_running_requests", "config:max_model_len", "config:context_len?", "config:tp_size", "finding"),
+      concludes=("what_if",))
 def vllm(kb):
     """Projects a vLLM start-up under `--what-if` changes: gpu_memory_utilization,
     kv_cache_dtype, tp_size (with config.json), max_num_seqs, max_model_len. The KV budget
@@ -214,7 +218,7 @@ def vllm(kb):
     request = kb.first(F.WhatIf, role=None)
     if request is None or not is_vllm(kb):
         return
-    p = _Projection(request.changes)
+    p = _Projection("what-if.vllm", request.changes)
     _foreign_keys(p, "vllm")
     total = kb.get("gpu", "total_gib")
     util = kb.get("config", "gpu_memory_utilization")
@@ -253,4 +257,4 @@ def vllm(kb):
 
 def _conclude(p: _Projection, premises) -> Derived:
     value = {"changes": p.changes, **p.values, "not_projected": p.not_projected}
-    return Derived("what_if", None, value, "what-if", premises, "; ".join(p.lines), {"derivation": p.lines})
+    return Derived("what_if", None, value, p.rule, premises, "; ".join(p.lines), {"derivation": p.lines})

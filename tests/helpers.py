@@ -129,8 +129,8 @@ def finding(rep: dict, name: str):
 
 
 def lines_of(r) -> list[int]:
-    """The log lines a row or finding cites as evidence."""
-    return [e["line"] for e in r["evidence"]]
+    """The log lines a row or finding cites as evidence (not the command-line inputs it rests on)."""
+    return [e["line"] for e in r["evidence"] if e["source"] == "log" and e["line"] != 0]
 
 
 def check_breakdown_row(r: dict) -> None:

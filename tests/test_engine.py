@@ -7,8 +7,10 @@ import pytest
 
 from capdiag import facts as F
 from capdiag.analysis import analyse
-from capdiag.engine import Derived, Finding, Knowledge, Unknown, evidence_chain, rule, run
+from capdiag.engine import (Derived, Finding, Knowledge, RuleSetError, UndeclaredConclusion, UndeclaredRead, Unknown,
+                            evidence_chain, order, rule, run)
 from capdiag.render import render
+from capdiag.rules import rules_for
 from capdiag.report import build
 from helpers import FIXTURES, fixture
 
@@ -20,56 +22,75 @@ def fact(line: int, avail: float, tp: int = 0) -> F.LoadWeightBegin:
 
 # ---- a toy rule set -------------------------------------------------------------------------------
 
-@rule("toy.total")
+@rule("toy.total", reads=("toy:double",), concludes=("toy:total",))
 def total(kb):
-    """Depends on toy.double, which comes later in the rule order."""
+    """Reads toy.double, registered after it: the declarations, not the list, order them."""
     d = kb.get("toy", "double")
     if d is not None:
         yield Derived("toy", "total", d.value + 1, "toy.total", (d,), f"{d.value} + 1")
 
 
-@rule("toy.double")
+@rule("toy.double", reads=(F.LoadWeightBegin,), concludes=("toy:double",))
 def double(kb):
     begins = kb.of(F.LoadWeightBegin)
     if begins:
         yield Derived("toy", "double", begins[0].avail_gib * 2, "toy.double", (begins[0],), "× 2")
-        yield Derived("toy", "double", -1, "toy.double", (begins[0],), "a second try is ignored")
+        yield Derived("toy", "double", -1, "toy.double", (begins[0],), "a second candidate is not heard")
 
 
-@rule("toy.other-double")
+@rule("toy.other-double", concludes=("toy:double",))
 def other_double(kb):
-    yield Derived("toy", "double", 999, "toy.other-double", (), "comes after toy.double")
+    yield Derived("toy", "double", 999, "toy.other-double", (), "a second rule for the same identity")
 
 
-@rule("toy.sum")
+@rule("toy.sum", reads=("toy:double", "toy:total"), concludes=("toy:sum",))
 def sum_rule(kb):
+    """Cites only toy.total; the engine adds toy.double, which it also read."""
     a, b = kb.get("toy", "double"), kb.get("toy", "total")
     if a is not None and b is not None:
-        yield Derived("toy", "sum", a.value + b.value, "toy.sum", (a, b), "diamond over double")
+        yield Derived("toy", "sum", a.value + b.value, "toy.sum", (b,), "diamond over double")
 
 
-@rule("toy.unknown")
+@rule("toy.unknown", concludes=("toy:missing",))
 def unknown(kb):
     yield Derived("toy", "missing", Unknown("not in the log"), "toy.unknown")
 
 
-def test_fixpoint_needs_a_second_pass_and_then_stops():
-    kb = Knowledge((fact(3, 10.0),))
-    firings = run([total, double, other_double, sum_rule, unknown], kb)
-    assert kb.value("toy", "double") == 20.0  # the first rule to conclude it wins
-    assert kb.value("toy", "total") == 21.0  # drawn on the second pass
-    assert kb.value("toy", "sum") == 41.0
-    assert [f.rule for f in firings] == ["toy.double", "toy.unknown", "toy.total", "toy.sum"]
-    # at the fixpoint nothing new is concluded
-    assert run([total, double, other_double, sum_rule, unknown], kb) == []
+@rule("toy.because-unknown", reads=("toy:missing",), concludes=("toy:blocked",))
+def because_unknown(kb):
+    """Reads an unknown and concludes unknown, citing nothing itself."""
+    missing = kb.get("toy", "missing")
+    yield Derived("toy", "blocked", Unknown(f"needs toy.missing: {missing.value.reason}"), "toy.because-unknown")
 
 
-def test_no_duplicate_conclusions():
+TOYS = [total, double, sum_rule, unknown, because_unknown]
+
+
+def test_order_follows_the_declarations_not_the_list():
+    assert [r.name for r in order(TOYS)] == ["toy.double", "toy.total", "toy.sum", "toy.unknown",
+                                             "toy.because-unknown"]
+    assert [r.name for r in order(reversed(TOYS))] == [r.name for r in order(TOYS)]
     kb = Knowledge((fact(3, 10.0),))
-    firings = run([total, double, other_double, sum_rule, unknown], kb)
+    firings = run(TOYS, kb, check_fixpoint=True)
+    assert (kb.value("toy", "double"), kb.value("toy", "total"), kb.value("toy", "sum")) == (20.0, 21.0, 41.0)
+    assert [f.rule for f in firings] == ["toy.double", "toy.total", "toy.sum", "toy.unknown", "toy.because-unknown"]
+
+
+def test_a_rule_yields_an_identity_once_its_first_candidate_stands():
+    kb = Knowledge((fact(3, 10.0),))
+    firings = run(TOYS, kb)
     idents = [(f.conclusion.topic, f.conclusion.key) for f in firings]
     assert len(idents) == len(set(idents))
-    assert kb.get("toy", "double").rule == "toy.double"
+    assert kb.get("toy", "double").formula == "× 2"
+
+
+def test_premises_hold_everything_the_rule_was_handed():
+    kb = Knowledge((fact(3, 10.0),))
+    run(TOYS, kb)
+    total_d, double_d = kb.get("toy", "total"), kb.get("toy", "double")
+    assert kb.get("toy", "sum").premises == (total_d, double_d)  # cited first, then what else it read
+    blocked = kb.get("toy", "blocked")  # unknown because an unknown: the chain says so
+    assert blocked.premises == (kb.get("toy", "missing"),) and not blocked.premises[0].known
 
 
 def test_unknown_is_not_a_value():
@@ -78,6 +99,99 @@ def test_unknown_is_not_a_value():
     d = kb.get("toy", "missing")
     assert not d.known and d.value.reason == "not in the log"
     assert kb.value("toy", "missing") is None and kb.value("toy", "absent") is None
+
+
+def test_two_rules_concluding_one_identity_are_refused():
+    with pytest.raises(RuleSetError, match="toy.double and toy.other-double both conclude toy:double"):
+        order([double, other_double])
+
+
+def test_a_cycle_is_refused():
+    @rule("toy.a", reads=("toy:b",), concludes=("toy:a",))
+    def a(kb):
+        return ()
+
+    @rule("toy.b", reads=("toy:a",), concludes=("toy:b",))
+    def b(kb):
+        return ()
+
+    with pytest.raises(RuleSetError, match="cycle among: toy.a, toy.b"):
+        order([a, b])
+
+
+def test_a_required_read_nobody_concludes_is_refused_an_optional_one_is_not():
+    with pytest.raises(RuleSetError, match="reads toy:double, which no rule in the set concludes"):
+        order([total])
+
+    @rule("toy.maybe", reads=("toy:double?",), concludes=("toy:maybe",))
+    def maybe(kb):
+        yield Derived("toy", "maybe", kb.value("toy", "double") is None, "toy.maybe")
+
+    kb = Knowledge(())
+    run([maybe], kb)
+    assert kb.value("toy", "maybe") is True
+
+
+def test_undeclared_reads_and_conclusions_raise():
+    @rule("toy.sneaky", reads=("toy:double",), concludes=("toy:sneaky",))
+    def sneaky(kb):
+        kb.get("toy", "total")
+        return ()
+
+    @rule("toy.fact-sneaky", concludes=("toy:x",))
+    def fact_sneaky(kb):
+        kb.of(F.LoadWeightBegin)
+        return ()
+
+    @rule("toy.topic-sneaky", reads=("toy:double",), concludes=("toy:y",))
+    def topic_sneaky(kb):
+        kb.topic("toy")
+        return ()
+
+    @rule("toy.overreach", concludes=("toy:mine",))
+    def overreach(kb):
+        yield Derived("toy", "yours", 1, "toy.overreach")
+
+    @rule("toy.misnamed", concludes=("toy:mine",))
+    def misnamed(kb):
+        yield Derived("toy", "mine", 1, "some-other-rule")
+
+    @rule("toy.cites-unread", concludes=("toy:mine",))
+    def cites_unread(kb):
+        yield Derived("toy", "mine", 1, "toy.cites-unread", (fact(3, 1.0),))
+
+    for bad, error in ((sneaky, UndeclaredRead), (fact_sneaky, UndeclaredRead), (topic_sneaky, UndeclaredRead),
+                       (overreach, UndeclaredConclusion), (misnamed, UndeclaredConclusion),
+                       (cites_unread, UndeclaredRead)):
+        with pytest.raises(error):
+            run([double, bad], Knowledge((fact(3, 10.0),)))
+
+
+def test_a_key_covers_its_family_of_tuple_keys():
+    @rule("toy.family", concludes=("toy:per-rank",))
+    def family(kb):
+        yield Derived("toy", ("per-rank", "TP0"), 1, "toy.family")
+        yield Derived("toy", ("per-rank", "TP1"), 2, "toy.family")
+
+    kb = Knowledge(())
+    run([family], kb)
+    assert kb.value("toy", ("per-rank", "TP1")) == 2
+
+
+def test_pinned_conclusions_stand_and_what_reads_them_follows():
+    kb = Knowledge((fact(3, 10.0),))
+    pin = Derived("toy", "double", 100.0, "what-if", (), "pinned")
+    run(TOYS, kb, pinned={("toy", "double"): pin})
+    assert kb.get("toy", "double") is pin and kb.value("toy", "total") == 101.0
+
+
+def test_a_rule_that_reads_behind_the_views_back_fails_the_fixpoint_check():
+    @rule("toy.aaa-early", concludes=("toy:early",))
+    def early(kb):  # reads toy.double without declaring it, so nothing orders it after toy.double
+        yield Derived("toy", "early", kb._kb.value("toy", "double"), "toy.aaa-early")
+
+    with pytest.raises(RuleSetError, match="toy.aaa-early concludes otherwise when fired again"):
+        run([early, double], Knowledge((fact(3, 10.0),)), check_fixpoint=True)
 
 
 def test_evidence_chain_walks_back_to_facts_once_in_line_order():
@@ -125,9 +239,10 @@ def test_analysis_reaches_a_fixpoint_without_duplicates(name):
     a = analyse(fixture(name))
     idents = [(f.conclusion.topic, f.conclusion.key) for f in a.firings]
     assert len(idents) == len(set(idents)) == len(a.knowledge.derived)
-    import capdiag.rules as R  # the rule set the analysis ran, run once more
-    rules = R.rules_for(a.framework) if hasattr(R, "rules_for") else R.ALL
-    assert run(rules, a.knowledge) == []
+    again = Knowledge(a.knowledge.facts)  # the same rule set on the same facts, each rule checked again
+    firings = run(rules_for(a.framework), again, check_fixpoint=True)
+    assert [(f.rule, f.conclusion.topic, f.conclusion.key) for f in firings] == \
+        [(f.rule, f.conclusion.topic, f.conclusion.key) for f in a.firings]
 
 
 @pytest.mark.parametrize("name", FIXTURE_LOGS)
@@ -138,8 +253,8 @@ def test_every_conclusion_rests_on_facts_with_their_log_lines(name):
     for d in a.knowledge.derived.values():
         chain = list(evidence_chain(d))
         assert all(isinstance(f, F.Fact) for f in chain)
-        lines = [f.evidence.line for f in chain]
-        assert lines == sorted(lines)
+        log = [f.evidence.line for f in chain if f.evidence.source == "log"]
+        assert log == sorted(log) and chain[:len(log)] == [f for f in chain if f.evidence.source == "log"]
         assert len({id(f) for f in chain}) == len(chain)
         for f in chain:
             if f.evidence.line == F.INPUT_LINE:  # command-line input, not a log line
@@ -151,6 +266,7 @@ def test_every_conclusion_rests_on_facts_with_their_log_lines(name):
 def test_breakdown_evidence_reaches_the_printed_line():
     a = analyse(fixture("single_gpu_ready.log"))
     kv = a.knowledge.get("breakdown", "kv_cache")
-    assert [(f.kind, f.evidence.line) for f in evidence_chain(kv)] == [("KVCacheAllocated", 5)]
+    # the KV line, and the --target-rank input that chose the rank whose line it is
+    assert [(f.kind, f.evidence.line) for f in evidence_chain(kv)] == [("KVCacheAllocated", 5), ("Options", 0)]
     unattributed = a.knowledge.get("breakdown", "unattributed")
-    assert [f.evidence.line for f in evidence_chain(unattributed)] == [3, 4, 5, 8, 10, 11]
+    assert [f.evidence.line for f in evidence_chain(unattributed)] == [3, 4, 5, 8, 10, 11, 0]

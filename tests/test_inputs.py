@@ -19,7 +19,7 @@ from capdiag.errors import InputError
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.report import build
-from helpers import SGLANG_CORPUS, TESTS, fixture, row, run_entry, write_log
+from helpers import SGLANG_CORPUS, TESTS, fixture, lines_of, row, run_entry, write_log
 
 INPUTS = TESTS / "inputs"
 GIB = 1 << 30
@@ -137,7 +137,7 @@ def test_target_rank_pp1_on_a_pp_log_pairs_gpu_1():
     rep = build(analyse(log, target_rank="pp1", nvidia_smi=inp("smi_query_extra_columns.csv")))
     assert rep["target_rank"].startswith("PP1")
     w = row(rep, "weights")
-    assert w["gib"] == 30.52 and [e["line"] for e in w["evidence"]] == [2]  # the PP1 worker's own line
+    assert w["gib"] == 30.52 and lines_of(w) == [2]  # the PP1 worker's own line
     assert row(rep, "kv_cache")["gib"] is None  # PP1 printed no KV figure
     assert {k: v for k, v in rep["observed"].items() if v is not None} == {"model_loading_gib": 30.52}
     # PP stage 1 × TP size 1 + TP 0 → GPU 1

@@ -403,7 +403,7 @@ def test_oom_before_the_pool_says_raise():
 def test_not_enough_memory_says_raise():
     f = finding(report("not_enough_memory.log"), "out-of-memory")
     assert f["detail"]["direction"] == "raise" and f["action"].startswith("Raise")
-    assert [e["line"] for e in f["evidence"]][-1] == 4
+    assert lines_of(f)[-1] == 4
 
 
 def test_oom_during_capture_says_lower():

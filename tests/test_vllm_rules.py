@@ -353,7 +353,7 @@ def test_context_exceeds_kv_from_the_max_seq_len_error():
     assert f["severity"] == "error"
     assert "29000" in f["message"] and "23648" in f["message"]
     assert "23648" in f["action"] and "--max-model-len" in f["action"]
-    assert [e["line"] for e in f["evidence"]] == [5]
+    assert lines_of(f) == [5]
     assert rep["config"]["max_model_len"] == 29000
 
 
