@@ -1,4 +1,5 @@
-"""The rules, in the order the engine fires them: conclusions first, then findings.
+"""The rules, grouped by what they do. The order here does not matter: the engine derives the
+firing order from each rule's `reads=`/`concludes=` declarations (capdiag/engine.py).
 
 Each rule is a short pure function of the knowledge base; its docstring is its documentation
 (`capdiag rules` prints it, docs/rules.md is generated from it). Rules that raise findings
