@@ -209,9 +209,10 @@ class GateResult:
 
 
 def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Optional[str] = None,
-         baseline: Optional[str] = None, **inputs: Any) -> GateResult:
+         baseline: Optional[str] = None, deployment: Optional[str] = None, **inputs: Any) -> GateResult:
     """Gate a deploy on start-up logs: fails on a finding at or above `fail_on` (default: the
-    policy's, else warning) that the baseline does not accept. `inputs` as for explain()."""
+    policy's, else warning) that the baseline does not accept. `deployment` names the
+    deployment (part of every fingerprint; beats the policy's). `inputs` as for explain()."""
     from capdiag import gate as gating
     from capdiag.policy import SEVERITIES, load_policy
 
@@ -221,6 +222,7 @@ def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Opt
     level = fail_on or (loaded.fail_on if loaded else None) or DEFAULT_FAIL_ON
     entries = gating.read_baseline(baseline) if baseline else None
     return GateResult(gating.run(list(logs), fail_on=level, baseline=entries, policy=loaded,
+                                 deployment=deployment or (loaded.deployment if loaded else None),
                                  **analyse_options(**inputs)))
 
 

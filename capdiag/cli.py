@@ -150,8 +150,11 @@ def _echo_err(text: str) -> None:
 # ---- gate and baseline -----------------------------------------------------------------------
 
 def _gate_options(func):
-    """The policy, and the inputs `gate` and `baseline` share with `explain`."""
-    return click.option("--policy", type=click.Path(dir_okay=False), help="A capdiag.toml policy.")(log_inputs(func))
+    """The policy and deployment name, and the inputs `gate` and `baseline` share with `explain`."""
+    func = log_inputs(func)
+    func = click.option("--deployment", help="Name the deployment the logs come from (part of every fingerprint; "
+                                             "beats the policy's `deployment`).")(func)
+    return click.option("--policy", type=click.Path(dir_okay=False), help="A capdiag.toml policy.")(func)
 
 
 @main.command("gate", context_settings=CONTEXT)
@@ -163,9 +166,9 @@ def _gate_options(func):
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--baseline", type=click.Path(dir_okay=False), help="Accept the findings this baseline lists.")
 @click.option("--exit-zero", is_flag=True, help="Report, but exit 0 even when the gate fails (input errors still exit 2).")
-def gate_command(logs, policy, inputs, fail_on, fmt, output, baseline, exit_zero):
+def gate_command(logs, policy, deployment, inputs, fail_on, fmt, output, baseline, exit_zero):
     """Gate a deploy on the start-up logs: exit 0 pass, 1 a finding at or above --fail-on, 2 input error."""
-    result = api.gate(logs, fail_on=fail_on, policy=policy, baseline=baseline, **inputs)
+    result = api.gate(logs, fail_on=fail_on, policy=policy, baseline=baseline, deployment=deployment, **inputs)
     _write(result.render(fmt), output)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary:
@@ -181,9 +184,9 @@ def gate_command(logs, policy, inputs, fail_on, fmt, output, baseline, exit_zero
 @click.argument("logs", nargs=-1, required=True)
 @_gate_options
 @click.option("--output", "-o", type=click.Path(dir_okay=False), required=True, help="The baseline file to write.")
-def baseline_command(logs, policy, inputs, output):
+def baseline_command(logs, policy, deployment, inputs, output):
     """Write a baseline that accepts every finding the logs raise now."""
-    verdict = api.gate(logs, policy=policy, **inputs).verdict
+    verdict = api.gate(logs, policy=policy, deployment=deployment, **inputs).verdict
     if verdict.errors:
         raise InputError(verdict.errors[0].error)
     document = baseline_document(verdict)

@@ -2,13 +2,16 @@
 
 A finding fails the gate when its severity is at or above the fail-on level and no baseline
 entry accepts it. Baseline entries are matched by fingerprint — rule, finding key, rank and the
-deployment's identity (framework, model, TP/PP/DP) — never by line numbers, so a log that
-shifts by a line keeps its accepted findings. Exit codes: 0 pass, 1 fail, 2 input error.
+deployment's identity (every identifying value the report states, plus `--deployment`) — never
+by line numbers, so a log that shifts by a line keeps its accepted findings. A log that states
+no identity at all is identified by its path instead, so two anonymous logs never share a
+fingerprint by accident. Exit codes: 0 pass, 1 fail, 2 input error.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any, Optional
 
 import attrs
@@ -18,16 +21,41 @@ from capdiag.errors import InputError
 from capdiag.policy import SEVERITIES
 from capdiag.report import build
 
-BASELINE_SCHEMA = "capdiag.baseline/1"
+BASELINE_SCHEMA = "capdiag.baseline/2"
+# Version 1 fingerprinted only framework, model and TP/PP/DP: logs without server_args shared one.
+OLD_BASELINE_SCHEMAS = ("capdiag.baseline/1",)
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+# The report's values that tell one deployment from another: (identity key, where in the report).
+IDENTITY_KEYS = (("model", ("config", "model")), ("framework_version", ("config", "framework_version")),
+                 ("tp_size", ("config", "tp_size")), ("pp_size", ("config", "pp_size")),
+                 ("dp_size", ("config", "dp_size")), ("ep_size", ("config", "ep_size")),
+                 ("quantization", ("config", "quantization")), ("gpu", ("gpu", "alias")),
+                 ("gpu_name", ("gpu", "name")))
 
 
-def fingerprint(report: dict[str, Any], finding: dict[str, Any]) -> str:
-    config = report["config"]
-    identity = "|".join(str(x) for x in (finding["rule"], finding.get("key"), finding.get("rank"),
-                                          report["framework"], config.get("model"), config.get("tp_size"),
-                                          config.get("pp_size"), config.get("dp_size")))
-    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:20]
+def identity(report: dict[str, Any], path: str, deployment: Optional[str] = None) -> dict[str, Any]:
+    """What identifies the deployment a log comes from: the framework, every identifying value
+    the report states, and the user's deployment name. A log that states none of them is
+    identified by its path (normalised as given), and says so with `anonymous`."""
+    found = {key: report[section][name] for key, (section, name) in IDENTITY_KEYS
+             if report.get(section, {}).get(name) is not None}
+    if deployment:
+        found["deployment"] = deployment
+    if not found:
+        return {"framework": report["framework"], "log": log_name(path), "anonymous": True}
+    return {"framework": report["framework"], **found}
+
+
+def log_name(path: str) -> str:
+    return "-" if path == "-" else os.path.normpath(path).replace(os.sep, "/")
+
+
+def fingerprint(ident: dict[str, Any], finding: dict[str, Any]) -> str:
+    """Rule, finding key, rank and the deployment's identity; absent values are left out, so a
+    value a later capdiag learns to read changes only the fingerprints of logs that state it."""
+    data = {"rule": finding["rule"], "key": finding.get("key"), "rank": finding.get("rank"), "identity": ident}
+    text = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
 @attrs.frozen
@@ -36,6 +64,11 @@ class LogResult:
     report: Optional[dict]
     error: Optional[str]
     findings: tuple  # each: the report's finding + fingerprint, failing, suppressed
+    identity: dict = attrs.Factory(dict)
+
+    @property
+    def anonymous(self) -> bool:
+        return bool(self.identity.get("anonymous"))
 
 
 @attrs.frozen
@@ -71,6 +104,9 @@ def read_baseline(path: str) -> list[dict[str, Any]]:
         raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not a capdiag baseline ({exc})") from None
+    if isinstance(data, dict) and data.get("schema") in OLD_BASELINE_SCHEMAS:
+        raise InputError(f"{path}: a {data['schema']} baseline, whose fingerprints could match unrelated "
+                         "deployments; write it again with `capdiag baseline`")
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA or not isinstance(data.get("entries"), list):
         raise InputError(f"{path}: not a capdiag baseline (schema {BASELINE_SCHEMA} expected)")
     return data["entries"]
@@ -82,12 +118,13 @@ def baseline_document(verdict: "Verdict") -> dict[str, Any]:
     for result in verdict.results:
         for f in result.findings:
             entries[f["fingerprint"]] = {"fingerprint": f["fingerprint"], "rule": f["rule"], "code": f["code"],
-                                         "rank": f.get("rank"), "model": result.report["config"].get("model"),
-                                         "title": f["title"], "log": result.path}
+                                         "key": f.get("key"), "rank": f.get("rank"), "identity": result.identity,
+                                         "title": f["title"], "log": log_name(result.path)}
     return {"schema": BASELINE_SCHEMA, "entries": sorted(entries.values(), key=lambda e: (e["rule"], e["fingerprint"]))}
 
 
-def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None, **analysis: Any) -> Verdict:
+def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None, deployment: Optional[str] = None,
+        **analysis: Any) -> Verdict:
     threshold = SEVERITIES.index(fail_on)
     accepted = {e.get("fingerprint") for e in baseline or []}
     matched: set[str] = set()
@@ -98,14 +135,15 @@ def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None
         except InputError as exc:
             results.append(LogResult(path, None, str(exc), ()))
             continue
+        ident = identity(report, path, deployment)
         findings = []
         for f in report["findings"]:
-            fp = fingerprint(report, f)
+            fp = fingerprint(ident, f)
             accepted_here = fp in accepted
             matched |= {fp} if accepted_here else set()
             suppressed += accepted_here
             findings.append({**f, "fingerprint": fp, "suppressed": accepted_here,
                              "failing": not accepted_here and SEVERITIES.index(f["severity"]) >= threshold})
-        results.append(LogResult(path, report, None, tuple(findings)))
+        results.append(LogResult(path, report, None, tuple(findings), ident))
     stale = tuple(e for e in baseline or [] if e.get("fingerprint") not in matched)
     return Verdict(fail_on, tuple(results), stale, suppressed)

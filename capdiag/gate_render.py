@@ -40,6 +40,7 @@ def _json(verdict: Verdict) -> str:
            "logs": [{"path": r.path, "error": r.error,
                      "status": "error" if r.error else "fail" if any(f["failing"] for f in r.findings) else "pass",
                      "framework": r.report["framework"] if r.report else None,
+                     "identity": r.identity or None,
                      "findings": [{k: f[k] for k in ("rule", "code", "severity", "title", "message", "action", "rank",
                                                       "fingerprint", "failing", "suppressed", "evidence")}
                                   for f in r.findings]} for r in verdict.results]}
@@ -77,7 +78,7 @@ def _sarif(verdict: Verdict) -> str:
             result = {"ruleId": f["code"], "ruleIndex": index[f["code"]], "level": SARIF_LEVEL[f["severity"]],
                       "message": {"text": f"{f['title']}. {f['message']} What to do: {f['action']}"},
                       "locations": [location],
-                      "partialFingerprints": {"capdiagFindingHash/v1": f["fingerprint"]},
+                      "partialFingerprints": {"capdiagFindingHash/v2": f["fingerprint"]},
                       "properties": {"rank": f.get("rank"), "failing": f["failing"]}}
             if len(lines) > 0:
                 result["relatedLocations"] = [

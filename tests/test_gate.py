@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 
 from capdiag.errors import InputError
-from capdiag.gate import fingerprint, read_baseline
+from capdiag.gate import fingerprint, identity, read_baseline
 from capdiag.policy import load_policy
-from helpers import TESTS, fixture, run_entry
+from helpers import SHARED, TESTS, fixture, needs_shared, run_entry
 
 READY = fixture("single_gpu_ready.log")  # a healthy start-up: no failing finding at the default level
 OOM = fixture("oom_capture.log")  # out-of-memory during capture: errors
@@ -135,7 +135,7 @@ def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch,
     log_lines = Path(OOM).read_text(encoding="utf-8").splitlines()
     assert "out of memory" in log_lines[region["startLine"] - 1].lower()  # the main evidence line
     assert {r["physicalLocation"]["region"]["startLine"] for r in oom["relatedLocations"]} >= {region["startLine"]}
-    assert set(oom["partialFingerprints"]) == {"capdiagFindingHash/v1"}
+    assert set(oom["partialFingerprints"]) == {"capdiagFindingHash/v2"}
 
 
 def test_fingerprints_do_not_depend_on_line_numbers(tmp_path):
@@ -145,7 +145,9 @@ def test_fingerprints_do_not_depend_on_line_numbers(tmp_path):
     a, b = build(analyse(OOM)), build(analyse(shifted))
     lines = [[e["line"] for f in r["findings"] for e in f["evidence"]] for r in (a, b)]
     assert lines[1] == [n + 2 for n in lines[0]] and lines[0]
-    assert [fingerprint(a, f) for f in a["findings"]] == [fingerprint(b, f) for f in b["findings"]]
+    # the same log name (as CI writes it again) with the lines shifted: the same fingerprints
+    ids = identity(a, "canary.log"), identity(b, "canary.log")
+    assert [fingerprint(ids[0], f) for f in a["findings"]] == [fingerprint(ids[1], f) for f in b["findings"]]
 
 
 def test_junit_parses_back_with_failure_skipped_and_error(monkeypatch, capsys, tmp_path):
@@ -195,3 +197,88 @@ def test_bad_baseline_exits_2(monkeypatch, capsys, tmp_path):
     bad = write(tmp_path, "baseline.json", '{"entries": []}')
     code, _, err = gate(monkeypatch, capsys, READY, "--baseline", bad)
     assert code == 2 and "not a capdiag baseline" in err
+
+
+# ---- deployment identity ----------------------------------------------------------------------
+
+ANON_TP2 = fixture("anon_graph_oom_tp2.log")  # OOM in piecewise capture on two ranks, no identifying line
+ANON_TP4 = fixture("anon_graph_crash_tp4.log")  # a crash in graph capture on four ranks, no identifying line
+
+
+def test_a_baseline_of_one_anonymous_log_does_not_accept_another(monkeypatch, capsys, tmp_path):
+    # both crash in CUDA graph capture (startup-incomplete, error) and state no model, TP, GPU, …
+    baseline = str(tmp_path / "baseline.json")
+    assert run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "-o", baseline)[0] == 0
+    code, out, _ = gate(monkeypatch, capsys, ANON_TP4, "--baseline", baseline)
+    assert code == 1 and out.startswith("capdiag gate: FAIL")
+    assert "FAIL  [error] CD101 startup-incomplete: Start-up crashed during CUDA graph capture" in out
+    assert "accepted" not in out.split("Stale")[0] and "no deployment identity" in out
+    # the same anonymous log, gated again under the same path, is still accepted
+    code, out, _ = gate(monkeypatch, capsys, ANON_TP2, "--baseline", baseline)
+    assert code == 0 and "accepted by the baseline" in out
+
+
+def test_anonymous_entries_match_only_the_same_log_path(monkeypatch, capsys, tmp_path):
+    baseline = str(tmp_path / "baseline.json")
+    run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "-o", baseline)
+    entry = read_baseline(baseline)[0]
+    assert entry["identity"] == {"framework": "sglang", "log": ANON_TP2.replace("\\", "/"), "anonymous": True}
+    copy = write(tmp_path, "anon_graph_oom_tp2.log", Path(ANON_TP2).read_text(encoding="utf-8"))
+    code, out, _ = gate(monkeypatch, capsys, copy, "--baseline", baseline, "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["suppressed"] == 0 and doc["logs"][0]["identity"]["anonymous"] is True
+    assert len(doc["stale_baseline"]) == len(read_baseline(baseline))
+
+
+def test_deployment_name_identifies_logs_and_keeps_deployments_apart(monkeypatch, capsys, tmp_path):
+    baseline = str(tmp_path / "baseline.json")
+    run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "--deployment", "glm-air-3090", "-o", baseline)
+    assert {e["identity"]["deployment"] for e in read_baseline(baseline)} == {"glm-air-3090"}
+    # a named deployment matches under another path (CI checks the log out elsewhere) …
+    copy = write(tmp_path, "tp2-again.log", Path(ANON_TP2).read_text(encoding="utf-8"))
+    code, out, _ = gate(monkeypatch, capsys, copy, "--baseline", baseline, "--deployment", "glm-air-3090")
+    assert code == 0 and "no deployment identity" not in out
+    # … the policy's `deployment` names it too; another deployment's name does not match
+    policy = write(tmp_path, "capdiag.toml", 'deployment = "glm-air-3090"\n')
+    assert gate(monkeypatch, capsys, copy, "--baseline", baseline, "--policy", policy)[0] == 0
+    assert gate(monkeypatch, capsys, copy, "--baseline", baseline, "--deployment", "r1-dcu")[0] == 1
+
+
+def test_identity_holds_every_identifying_value_the_report_states():
+    report = {"framework": "vllm", "config": {"model": "Qwen/Qwen2.5-7B", "framework_version": "0.13.0", "tp_size": 2,
+                                              "pp_size": 1, "dp_size": None, "ep_size": None, "quantization": "fp8"},
+              "gpu": {"alias": "h100_sxm", "name": "NVIDIA H100 80GB HBM3"}}
+    ident = identity(report, "a.log")
+    assert ident == {"framework": "vllm", "model": "Qwen/Qwen2.5-7B", "framework_version": "0.13.0", "tp_size": 2,
+                     "pp_size": 1, "quantization": "fp8", "gpu": "h100_sxm", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    finding = {"rule": "thin-headroom", "key": None, "rank": "TP0"}
+    base = fingerprint(ident, finding)
+    for key, other in (("model", "Qwen/Qwen2.5-14B"), ("framework_version", "0.14.0"), ("tp_size", 4),
+                       ("quantization", None), ("gpu", "h200")):
+        assert fingerprint({**ident, key: other}, finding) != base, key
+    assert fingerprint(identity(report, "b.log"), finding) == base  # identified logs do not depend on the path
+
+
+def test_old_baselines_are_refused_with_the_reason(monkeypatch, capsys, tmp_path):
+    old = write(tmp_path, "baseline.json", '{"schema": "capdiag.baseline/1", "entries": []}')
+    code, _, err = gate(monkeypatch, capsys, READY, "--baseline", old)
+    assert code == 2 and "could match unrelated deployments" in err and "capdiag baseline" in err
+
+
+def test_policy_deployment_must_be_a_name(tmp_path):
+    with pytest.raises(InputError, match=r":1: deployment must be a non-empty string"):
+        load_policy(write(tmp_path, "capdiag.toml", 'deployment = 3\n'))
+
+
+@needs_shared
+def test_the_reported_collision_on_the_corpus_fails(monkeypatch, capsys, tmp_path):
+    # issue 16: an SGLang OOM on 2x3090 and a vLLM OOM accepted a DeepSeek-R1 TP8 crash on Hygon DCUs
+    corpus = SHARED / "corpus"
+    logs = [str(next((corpus / d).glob(f"{n}-*.log"))) for d, n in (("sglang", "305"), ("vllm", "401"))]
+    baseline = str(tmp_path / "baseline.json")
+    assert run_entry(monkeypatch, capsys, "baseline", *logs, "-o", baseline)[0] == 0
+    crash = str(next((corpus / "sglang").glob("018-*.log")))
+    code, out, _ = gate(monkeypatch, capsys, crash, "--baseline", baseline, "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["verdict"] == "fail" and doc["suppressed"] == 0
+    assert any(f["rule"] == "startup-incomplete" and f["failing"] for f in doc["logs"][0]["findings"])
