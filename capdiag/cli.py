@@ -113,11 +113,12 @@ def _gate_options(func):
 
 
 def _verdict(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on=None,
-             baseline=None):
+             baseline=None, fail_on_unknown=False):
     loaded = load_policy(policy) if policy else None
     level = fail_on or (loaded.fail_on if loaded else None) or DEFAULT_FAIL_ON
     entries = read_baseline(baseline) if baseline else None
     return gate.run(list(logs), fail_on=level, baseline=entries, policy=loaded,
+                    fail_on_unknown=fail_on_unknown or bool(loaded and loaded.fail_on_unknown),
                     deployment=deployment or (loaded.deployment if loaded else None), nvidia_smi=nvidia_smi_file,
                     config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, framework=framework)
 
@@ -130,12 +131,14 @@ def _verdict(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_to
 @click.option("--format", "fmt", type=click.Choice(GATE_FORMATS), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--baseline", type=click.Path(dir_okay=False), help="Accept the findings this baseline lists.")
+@click.option("--fail-on-unknown", is_flag=True,
+              help="A rule at or above --fail-on that could not judge (its inputs are unknown) fails the gate too.")
 @click.option("--exit-zero", is_flag=True, help="Report, but exit 0 even when the gate fails (input errors still exit 2).")
 def gate_command(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, fmt,
-                 output, baseline, exit_zero):
+                 output, baseline, fail_on_unknown, exit_zero):
     """Gate a deploy on the start-up logs: exit 0 pass, 1 a finding at or above --fail-on, 2 input error."""
     verdict = _verdict(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on,
-                       baseline)
+                       baseline, fail_on_unknown)
     _write(render_gate(verdict, fmt), output)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary:
