@@ -209,9 +209,11 @@ class GateResult:
 
 
 def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Optional[str] = None,
-         baseline: Optional[str] = None, deployment: Optional[str] = None, **inputs: Any) -> GateResult:
+         baseline: Optional[str] = None, deployment: Optional[str] = None, fail_on_unknown: bool = False,
+         **inputs: Any) -> GateResult:
     """Gate a deploy on start-up logs: fails on a finding at or above `fail_on` (default: the
-    policy's, else warning) that the baseline does not accept. `deployment` names the
+    policy's, else warning) that the baseline does not accept, and with `fail_on_unknown` (or
+    the policy's) on a rule at that level that could not judge. `deployment` names the
     deployment (part of every fingerprint; beats the policy's). `inputs` as for explain()."""
     from capdiag import gate as gating
     from capdiag.policy import SEVERITIES, load_policy
@@ -223,6 +225,7 @@ def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Opt
     entries = gating.read_baseline(baseline) if baseline else None
     return GateResult(gating.run(list(logs), fail_on=level, baseline=entries, policy=loaded,
                                  deployment=deployment or (loaded.deployment if loaded else None),
+                                 fail_on_unknown=fail_on_unknown or bool(loaded and loaded.fail_on_unknown),
                                  **analyse_options(**inputs)))
 
 

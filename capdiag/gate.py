@@ -3,7 +3,9 @@
 A finding fails the gate when its severity is at or above the fail-on level and no baseline
 entry accepts it. Baseline entries are matched by fingerprint — rule, finding key, rank and the
 deployment's identity (every identifying value the report states, plus `--deployment`) — never
-by line numbers, so a log that shifts by a line keeps its accepted findings. A log that states
+by line numbers, so a log that shifts by a line keeps its accepted findings. A rule that could not judge a log (its inputs
+are unknown) is never a pass: it is reported as not judged, with the reason, and fails the gate
+under `fail-on-unknown` when its severity is at or above the fail-on level. A log that states
 no identity at all is identified by its path instead, so two anonymous logs never share a
 fingerprint by accident. Exit codes: 0 pass, 1 fail, 2 input error.
 """
@@ -20,6 +22,7 @@ from capdiag.analysis import analyse
 from capdiag.errors import InputError
 from capdiag.policy import SEVERITIES
 from capdiag.report import build
+from capdiag.rules import find_rule
 
 BASELINE_SCHEMA = "capdiag.baseline/2"
 # Version 1 fingerprinted only framework, model and TP/PP/DP: logs without server_args shared one.
@@ -65,10 +68,16 @@ class LogResult:
     error: Optional[str]
     findings: tuple  # each: the report's finding + fingerprint, failing, suppressed
     identity: dict = attrs.Factory(dict)
+    not_judged: tuple = ()  # each: the report's not-judged rule + failing
 
     @property
     def anonymous(self) -> bool:
         return bool(self.identity.get("anonymous"))
+
+    @property
+    def status(self) -> str:
+        return "error" if self.error else "fail" if any(f["failing"] for f in (*self.findings, *self.not_judged)) \
+            else "pass"
 
 
 @attrs.frozen
@@ -77,10 +86,17 @@ class Verdict:
     results: tuple[LogResult, ...]
     stale: tuple  # baseline entries no log matched
     suppressed: int
+    fail_on_unknown: bool = False
+    disabled: tuple = ()  # rules the policy turns off
 
     @property
     def failing(self) -> list[tuple[LogResult, dict]]:
-        return [(r, f) for r in self.results for f in r.findings if f["failing"]]
+        """Failing findings and, under fail-on-unknown, failing rules that could not judge."""
+        return [(r, f) for r in self.results for f in (*r.findings, *r.not_judged) if f["failing"]]
+
+    @property
+    def not_judged(self) -> int:
+        return sum(len(r.not_judged) for r in self.results)
 
     @property
     def errors(self) -> list[LogResult]:
@@ -123,8 +139,14 @@ def baseline_document(verdict: "Verdict") -> dict[str, Any]:
     return {"schema": BASELINE_SCHEMA, "entries": sorted(entries.values(), key=lambda e: (e["rule"], e["fingerprint"]))}
 
 
+def _severity(rule_name: str, policy: Any) -> str:
+    """A rule's severity as the policy sets it, else its default."""
+    override = policy.rules.get(rule_name, {}).get("severity") if policy is not None else None
+    return override or find_rule(rule_name).severity
+
+
 def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None, deployment: Optional[str] = None,
-        **analysis: Any) -> Verdict:
+        fail_on_unknown: bool = False, **analysis: Any) -> Verdict:
     threshold = SEVERITIES.index(fail_on)
     accepted = {e.get("fingerprint") for e in baseline or []}
     matched: set[str] = set()
@@ -144,6 +166,11 @@ def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None
             suppressed += accepted_here
             findings.append({**f, "fingerprint": fp, "suppressed": accepted_here,
                              "failing": not accepted_here and SEVERITIES.index(f["severity"]) >= threshold})
-        results.append(LogResult(path, report, None, tuple(findings), ident))
+        unjudged = tuple({**n, "failing": fail_on_unknown and
+                          SEVERITIES.index(_severity(n["rule"], analysis.get("policy"))) >= threshold}
+                         for n in report["not_judged"])
+        results.append(LogResult(path, report, None, tuple(findings), ident, unjudged))
     stale = tuple(e for e in baseline or [] if e.get("fingerprint") not in matched)
-    return Verdict(fail_on, tuple(results), stale, suppressed)
+    policy = analysis.get("policy")
+    disabled = tuple(name for name, entry in policy.rules.items() if entry.get("enabled") is False) if policy else ()
+    return Verdict(fail_on, tuple(results), stale, suppressed, fail_on_unknown, disabled)

@@ -35,15 +35,16 @@ def _text(verdict: Verdict) -> str:
 
 def _json(verdict: Verdict) -> str:
     doc = {"schema": "capdiag.gate/1", "verdict": verdict.status, "fail_on": verdict.fail_on,
-           "suppressed": verdict.suppressed,
+           "fail_on_unknown": verdict.fail_on_unknown, "suppressed": verdict.suppressed,
            "stale_baseline": list(verdict.stale),
-           "logs": [{"path": r.path, "error": r.error,
-                     "status": "error" if r.error else "fail" if any(f["failing"] for f in r.findings) else "pass",
+           "logs": [{"path": r.path, "error": r.error, "status": r.status,
                      "framework": r.report["framework"] if r.report else None,
                      "identity": r.identity or None,
                      "findings": [{k: f[k] for k in ("rule", "code", "severity", "title", "message", "action", "rank",
                                                       "fingerprint", "failing", "suppressed", "evidence")}
-                                  for f in r.findings]} for r in verdict.results]}
+                                  for f in r.findings],
+                     "not_judged": [{k: n[k] for k in ("rule", "code", "reason", "failing")} for n in r.not_judged]}
+                    for r in verdict.results]}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -110,7 +111,7 @@ def _junit(verdict: Verdict) -> str:
         suite = ET.SubElement(suites, "testsuite", name=res.path)
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         framework = res.report["framework"] if res.report else None
-        given = set(res.report.get("inputs", [])) if res.report else set()
+        not_judged = {n["rule"]: n for n in res.not_judged}
         for r in FINDINGS:
             case = ET.SubElement(suite, "testcase", classname=f"capdiag.{r.code}", name=f"{r.name} ({res.path})")
             counts["tests"] += 1
@@ -119,17 +120,24 @@ def _junit(verdict: Verdict) -> str:
                 counts["errors"] += 1
                 continue
             fired = [f for f in res.findings if f["rule"] == r.name and f["failing"]]
+            unjudged = not_judged.get(r.name)
             if fired:
                 f = fired[0]
                 failure = ET.SubElement(case, "failure", message=f"{f['severity']}: {f['title']}", type=f["severity"])
                 failure.text = _chain(fired)
                 counts["failures"] += 1
+            elif unjudged is not None and unjudged["failing"]:
+                ET.SubElement(case, "failure", message=f"could not judge (fail-on-unknown): {unjudged['reason']}",
+                              type="unknown").text = unjudged["reason"]
+                counts["failures"] += 1
             elif r.frameworks and framework not in r.frameworks:
                 ET.SubElement(case, "skipped", message=f"applies to {', '.join(r.frameworks)} logs only")
                 counts["skipped"] += 1
-            elif [n for n in r.needs if n not in given]:
-                missing = ", ".join(n for n in r.needs if n not in given)
-                ET.SubElement(case, "skipped", message=f"insufficient evidence: needs {missing}")
+            elif unjudged is not None:
+                ET.SubElement(case, "skipped", message=f"insufficient evidence: {unjudged['reason']}")
+                counts["skipped"] += 1
+            elif r.name in verdict.disabled:
+                ET.SubElement(case, "skipped", message="disabled by the policy")
                 counts["skipped"] += 1
         for key, value in counts.items():
             suite.set(key, str(value))
@@ -175,6 +183,16 @@ def _github(verdict: Verdict) -> str:
             props.append(f"title={_escape_property(title)}")
             out.append(f"::{GITHUB_LEVEL[f['severity']]} {','.join(props)}::"
                        f"{_escape_data(f['message'] + ' What to do: ' + f['action'])}")
-    out.append(f"capdiag gate: {verdict.status} (fail-on {verdict.fail_on}; {len(verdict.failing)} failing finding(s), "
-               f"{verdict.suppressed} accepted by the baseline)")
+        for n in res.not_judged:
+            if n["failing"]:
+                title = f"{n['code']} {n['rule']} could not judge (fail-on-unknown)"
+                out.append(f"::error file={_escape_property(res.path)},title={_escape_property(title)}::"
+                           f"{_escape_data(n['reason'])}")
+        skipped = [n for n in res.not_judged if not n["failing"]]
+        if skipped:
+            title = f"capdiag: {len(skipped)} rule(s) skipped, insufficient evidence"
+            out.append(f"::notice file={_escape_property(res.path)},title={_escape_property(title)}::"
+                       + _escape_data("\n".join(f"{n['code']} {n['rule']}: {n['reason']}" for n in skipped)))
+    out.append(f"capdiag gate: {verdict.status} (fail-on {verdict.fail_on}; {len(verdict.failing)} failing, "
+               f"{verdict.suppressed} accepted by the baseline, {verdict.not_judged} rule(s) could not judge)")
     return "\n".join(out) + "\n"

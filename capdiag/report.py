@@ -154,6 +154,11 @@ def build(a: Analysis) -> dict[str, Any]:
                          "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
                          "detail": d.detail})
 
+    fired = {f["rule"] for f in findings}
+    not_judged = [{"rule": d.key, "code": _rule_code(d.key), "reason": d.value.reason, "evidence": evidence(d)}
+                  for d in sorted(kb.topic("not_judged"), key=lambda d: _rule_code(d.key) or d.key)
+                  if d.key not in fired]
+
     budget = kb.get("breakdown", "budget")
     check = kb.get("concurrency_check")
     kv_keys = [k for k in ("tokens", "bytes_per_token", "theoretical_bytes_per_token", "dtype", "budget_gib",
@@ -220,6 +225,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "concurrency": concurrency,
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,
+        "not_judged": not_judged,
         "framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
                                 "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
                                for f in facts if framework_of(f) == a.framework],
@@ -278,15 +284,18 @@ def trace_rows(firings, rules=(), kb: Optional[Knowledge] = None, wanted: tuple[
     names = {r.name for r in chosen} if wanted else None
     rows = []
     for n, firing in enumerate(firings, start=1):
-        if names is not None and firing.rule not in names:
-            continue
+        if (names is not None and firing.rule not in names) or firing.conclusion.topic == "not_judged":
+            continue  # a rule that could not judge is listed with those that did not fire
         d = firing.conclusion
         rows.append({"n": n, "rule": firing.rule, "topic": d.topic, "key": d.key, "value": _shown(d),
                      "formula": d.formula, "premises": [_premise(p) for p in d.premises], "needs": None})
-    fired = {f.rule for f in firings}
+    judged = {f.rule for f in firings if f.conclusion.topic != "not_judged"}
     for r in chosen:
-        if r.name not in fired and kb is not None:
-            rows.append({"n": None, "rule": r.name, "needs": unmet_needs(r, kb), "declared": bool(r.reads or r.needs)})
+        if r.name in judged or kb is None:
+            continue
+        said = kb.get("not_judged", r.name)
+        needs = [said.value.reason.removeprefix("needs ")] if said is not None else unmet_needs(r, kb)
+        rows.append({"n": None, "rule": r.name, "needs": needs, "declared": bool(r.reads) or said is not None})
     return rows
 
 
@@ -296,14 +305,9 @@ def rule_wanted(r: Rule, wanted: tuple[str, ...]) -> bool:
                              for w in wanted)
 
 
-# what a rule's `needs=` names, and how the user gives it
-_INPUT_NEEDS = {"nvidia-smi": (F.SmiGpu, "--nvidia-smi-file"), "config.json": (F.ModelConfig, "--config-json")}
-
-
 def unmet_needs(r: Rule, kb: Knowledge) -> list[str]:
-    """What a rule that did not fire declared it needs and the knowledge does not hold."""
-    missing = [f"{need} ({_INPUT_NEEDS[need][1]})" for need in r.needs
-               if need in _INPUT_NEEDS and not kb.of(_INPUT_NEEDS[need][0], role=None)]
+    """What a rule that did not fire declares it reads and the knowledge does not hold."""
+    missing = []
     for read in r.reads:
         if isinstance(read, str) and read.endswith("?"):
             continue

@@ -32,7 +32,7 @@ def write(tmp_path, name, text):
 
 def test_pass_exits_0(monkeypatch, capsys):
     code, out, _ = gate(monkeypatch, capsys, READY)
-    assert code == 0 and out.startswith("capdiag gate: PASS (fail-on warning; 0 failing finding(s))")
+    assert code == 0 and out.startswith("capdiag gate: PASS (fail-on warning; 0 failing, 2 rule(s) could not judge)")
 
 
 def test_fail_exits_1_and_names_the_findings(monkeypatch, capsys):
@@ -160,7 +160,8 @@ def test_junit_parses_back_with_failure_skipped_and_error(monkeypatch, capsys, t
     failure = oom.find("testcase[@classname='capdiag.CD102']/failure")
     assert failure.get("type") == "error" and "out of memory" in failure.text.lower() and "line " in failure.text
     skipped = oom.find("testcase[@classname='capdiag.CD106']/skipped")
-    assert skipped.get("message") == "insufficient evidence: needs nvidia-smi"
+    assert skipped.get("message") == ("insufficient evidence: needs the memory no log line explains (`other`) "
+                                      "(needs the GPU's measured used memory: give --nvidia-smi-file)")
     assert oom.find("testcase[@classname='capdiag.CD105']/skipped").get("message") == "applies to vllm logs only"
     assert missing.get("errors") == "24" and "no such file" in missing.find("testcase/error").get("message")
 
@@ -282,3 +283,88 @@ def test_the_reported_collision_on_the_corpus_fails(monkeypatch, capsys, tmp_pat
     doc = json.loads(out)
     assert code == 1 and doc["verdict"] == "fail" and doc["suppressed"] == 0
     assert any(f["rule"] == "startup-incomplete" and f["failing"] for f in doc["logs"][0]["findings"])
+
+
+# ---- rules that could not judge ---------------------------------------------------------------
+
+WEIGHTS_ONLY = fixture("weights_then_crash_tp2.log")  # crashes after weight loading: no pool, no free memory
+
+
+def test_rules_that_cannot_judge_say_which_input_is_missing():
+    from capdiag.analysis import analyse
+    from capdiag.report import build
+    report = build(analyse(WEIGHTS_ONLY))
+    reasons = {n["rule"]: n["reason"] for n in report["not_judged"]}
+    assert reasons["thin-headroom"] == ("needs the memory free at the end of start-up (the log prints no free-memory "
+                                        "reading after the pools)")
+    assert reasons["low-concurrency"] == "needs the KV pool's token count (the log prints no pool token count)"
+    assert reasons["context-exceeds-kv"].startswith("needs the KV pool's token count")
+    assert "give --nvidia-smi-file" in reasons["unexplained-memory"]
+    assert reasons["kv-head-replication"] == "needs the model's config.json (give --config-json)"
+    # a rule that judged is not listed, whether it fired or not
+    assert not {"startup-incomplete", "out-of-memory", "rank-imbalance"} & set(reasons)
+    assert [n["code"] for n in report["not_judged"]] == sorted(n["code"] for n in report["not_judged"])
+
+
+def test_a_rule_that_fires_is_never_listed_as_not_judged():
+    from capdiag.analysis import analyse
+    from capdiag.report import build
+    report = build(analyse(ANON_TP2))  # thin-headroom fires on 0.52 GiB free
+    assert "thin-headroom" in {f["rule"] for f in report["findings"]}
+    assert "thin-headroom" not in {n["rule"] for n in report["not_judged"]}
+
+
+def test_every_gate_format_shows_unknowns_as_skipped_with_the_reason(monkeypatch, capsys, tmp_path):
+    reason = "needs the memory free at the end of start-up (the log prints no free-memory reading after the pools)"
+    code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY)
+    assert code == 1 and f"skipped  CD110 thin-headroom: could not judge — {reason}" in out
+    assert "8 rule(s) could not judge" in out.splitlines()[0]
+    doc = json.loads(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "json")[1])
+    assert {"rule": "thin-headroom", "code": "CD110", "reason": reason, "failing": False} in doc["logs"][0]["not_judged"]
+    root = ET.fromstring(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "junit")[1].encode("utf-8"))
+    suite = root.find("testsuite")
+    for code_ in ("CD110", "CD124", "CD104"):
+        case = suite.find(f"testcase[@classname='capdiag.{code_}']")
+        assert len(case) == 1 and case[0].tag == "skipped", code_  # never an empty (passed) test case
+        assert case[0].get("message").startswith("insufficient evidence: needs ")
+    assert suite.find("testcase[@classname='capdiag.CD110']/skipped").get("message") == \
+        f"insufficient evidence: {reason}"
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "github")[1]
+    notice = next(line for line in out.splitlines() if line.startswith("::notice ") and "skipped" in line)
+    assert "title=capdiag%3A 8 rule(s) skipped%2C insufficient evidence::" in notice
+    assert "CD110 thin-headroom: " + reason in notice.replace("%0A", "\n")
+    text = summary.read_text(encoding="utf-8")
+    assert "### Rules that could not judge" in text and "CD110 `thin-headroom`" in text
+
+
+def test_fail_on_unknown_fails_rules_at_the_threshold_that_could_not_judge(monkeypatch, capsys, tmp_path):
+    # thin-headroom and low-concurrency are warnings: they fail at fail-on warning, not at error
+    code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--fail-on-unknown", "--fail-on", "error",
+                        "--format", "json")
+    doc = json.loads(out)
+    assert not any(n["failing"] for n in doc["logs"][0]["not_judged"]) and doc["fail_on_unknown"] is True
+    policy = write(tmp_path, "capdiag.toml", 'fail-on = "error"\nfail-on-unknown = true\n'
+                                             '[rules.thin-headroom]\nseverity = "error"\n'
+                                             '[rules.startup-incomplete]\nenabled = false\n')
+    code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy)
+    assert code == 1 and "FAIL  CD110 thin-headroom: could not judge (fail-on-unknown) — needs the memory free" in out
+    assert "skipped  CD124 low-concurrency" in out
+    root = ET.fromstring(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy, "--format", "junit")[1]
+                         .encode("utf-8"))
+    failure = root.find("testsuite/testcase[@classname='capdiag.CD110']/failure")
+    assert failure.get("type") == "unknown" and failure.get("message").startswith("could not judge (fail-on-unknown)")
+    assert root.find("testsuite/testcase[@classname='capdiag.CD101']/skipped").get("message") == \
+        "disabled by the policy"
+    out = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy, "--format", "github")[1]
+    assert any(line.startswith("::error ") and "CD110 thin-headroom could not judge" in line
+               for line in out.splitlines())
+    # without fail-on-unknown the same policy passes: nothing judged fails
+    relaxed = write(tmp_path, "relaxed.toml", open(policy).read().replace("fail-on-unknown = true\n", ""))
+    assert gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", relaxed)[0] == 0
+
+
+def test_policy_fail_on_unknown_must_be_a_boolean(tmp_path):
+    with pytest.raises(InputError, match=r":1: fail-on-unknown must be true or false"):
+        load_policy(write(tmp_path, "capdiag.toml", 'fail-on-unknown = "yes"\n'))
