@@ -131,15 +131,17 @@ def _verdict(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_to
 @click.option("--format", "fmt", type=click.Choice(GATE_FORMATS), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--baseline", type=click.Path(dir_okay=False), help="Accept the findings this baseline lists.")
+@click.option("--repo-root", "--sarif-root", "repo_root", type=click.Path(file_okay=False),
+              help="Make the log paths in SARIF, GitLab and GitHub output relative to this repository root.")
 @click.option("--fail-on-unknown", is_flag=True,
               help="A rule at or above --fail-on that could not judge (its inputs are unknown) fails the gate too.")
 @click.option("--exit-zero", is_flag=True, help="Report, but exit 0 even when the gate fails (input errors still exit 2).")
 def gate_command(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, fmt,
-                 output, baseline, fail_on_unknown, exit_zero):
+                 output, baseline, repo_root, fail_on_unknown, exit_zero):
     """Gate a deploy on the start-up logs: exit 0 pass, 1 a finding at or above --fail-on, 2 input error."""
     verdict = _verdict(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on,
                        baseline, fail_on_unknown)
-    _write(render_gate(verdict, fmt), output)
+    _write(render_gate(verdict, fmt, repo_root), output)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary:
         try:
