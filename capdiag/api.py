@@ -196,13 +196,14 @@ class GateResult:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(self.render("json"))
 
-    def render(self, fmt: str = "text") -> str:
-        """`text`, `json`, `sarif`, `junit` or `github` (workflow commands)."""
+    def render(self, fmt: str = "text", repo_root: Optional[str] = None) -> str:
+        """One of gate_render.GATE_FORMATS (text, json, sarif, junit, github, …); `repo_root`
+        makes the log paths in SARIF, GitLab and GitHub output relative to it."""
         from capdiag.gate_render import GATE_FORMATS, render_gate
 
         if fmt not in GATE_FORMATS:
             raise InputError(f"--format {fmt}: one of {', '.join(GATE_FORMATS)}")
-        return render_gate(self.verdict, fmt)
+        return render_gate(self.verdict, fmt, repo_root)
 
     def __repr__(self) -> str:
         return f"<GateResult {self.status}>"

@@ -165,14 +165,17 @@ def _gate_options(func):
 @click.option("--format", "fmt", type=click.Choice(GATE_FORMATS), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--baseline", type=click.Path(dir_okay=False), help="Accept the findings this baseline lists.")
+@click.option("--repo-root", "--sarif-root", "repo_root", type=click.Path(file_okay=False),
+              help="Make the log paths in SARIF, GitLab and GitHub output relative to this repository root.")
 @click.option("--fail-on-unknown", is_flag=True,
               help="A rule at or above --fail-on that could not judge (its inputs are unknown) fails the gate too.")
 @click.option("--exit-zero", is_flag=True, help="Report, but exit 0 even when the gate fails (input errors still exit 2).")
-def gate_command(logs, policy, deployment, inputs, fail_on, fmt, output, baseline, fail_on_unknown, exit_zero):
+def gate_command(logs, policy, deployment, inputs, fail_on, fmt, output, baseline, repo_root, fail_on_unknown,
+                 exit_zero):
     """Gate a deploy on the start-up logs: exit 0 pass, 1 a finding at or above --fail-on, 2 input error."""
     result = api.gate(logs, fail_on=fail_on, policy=policy, baseline=baseline, deployment=deployment,
                       fail_on_unknown=fail_on_unknown, **inputs)
-    _write(result.render(fmt), output)
+    _write(result.render(fmt, repo_root), output)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary:
         try:

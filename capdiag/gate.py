@@ -166,10 +166,13 @@ def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None
             suppressed += accepted_here
             findings.append({**f, "fingerprint": fp, "suppressed": accepted_here,
                              "failing": not accepted_here and SEVERITIES.index(f["severity"]) >= threshold})
-        unjudged = tuple({**n, "failing": fail_on_unknown and
-                          SEVERITIES.index(_severity(n["rule"], analysis.get("policy"))) >= threshold}
-                         for n in report["not_judged"])
-        results.append(LogResult(path, report, None, tuple(findings), ident, unjudged))
+        unjudged = []
+        for n in report["not_judged"]:
+            severity = _severity(n["rule"], analysis.get("policy"))
+            unjudged.append({**n, "severity": severity,
+                             "fingerprint": fingerprint(ident, {"rule": n["rule"], "key": "not-judged"}),
+                             "failing": fail_on_unknown and SEVERITIES.index(severity) >= threshold})
+        results.append(LogResult(path, report, None, tuple(findings), ident, tuple(unjudged)))
     stale = tuple(e for e in baseline or [] if e.get("fingerprint") not in matched)
     policy = analysis.get("policy")
     disabled = tuple(name for name, entry in policy.rules.items() if entry.get("enabled") is False) if policy else ()

@@ -138,6 +138,77 @@ def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch,
     assert set(oom["partialFingerprints"]) == {"capdiagFindingHash/v2"}
 
 
+def test_sarif_is_ready_for_code_scanning(monkeypatch, capsys, tmp_path):
+    from capdiag import PROJECT_URL, __version__
+    code, out, _ = gate(monkeypatch, capsys, OOM, str(tmp_path / "missing.log"), "--format", "sarif")
+    doc = json.loads(out)
+    jsonschema.validate(doc, sarif_schema())
+    run = doc["runs"][0]
+    driver = run["tool"]["driver"]
+    assert code == 2 and driver["informationUri"] == PROJECT_URL == "https://github.com/capdiag/capdiag"
+    assert driver["semanticVersion"] == __version__
+    headings = {line[3:].strip() for line in (TESTS.parent / "docs" / "rules.md").read_text(encoding="utf-8")
+                .splitlines() if line.startswith("## ")}
+    for rule in driver["rules"]:
+        anchor = rule["helpUri"].split("#")[1]
+        assert rule["helpUri"] == f"{PROJECT_URL}/blob/main/docs/rules.md#{anchor}"
+        assert anchor == f"{rule['id'].lower()}-{rule['name']}" and f"{rule['id']} {rule['name']}" in headings
+        assert "Why it matters" not in rule["fullDescription"]["text"] and len(rule["fullDescription"]["text"]) > \
+            len(rule["shortDescription"]["text"])
+    assert "security-severity" not in json.dumps(driver)  # these are not vulnerabilities
+    invocation = run["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    errors = [n for n in invocation["toolExecutionNotifications"] if n["descriptor"]["id"] == "CD001"]
+    assert len(errors) == 1 and errors[0]["level"] == "error" and "no such file" in errors[0]["message"]["text"]
+    skipped = {n["associatedRule"]["id"]: n for n in invocation["toolExecutionNotifications"]
+               if n["descriptor"]["id"] == "CD002"}
+    assert skipped["CD106"]["level"] == "note" and "give --nvidia-smi-file" in skipped["CD106"]["message"]["text"]
+    assert driver["rules"][skipped["CD106"]["associatedRule"]["index"]]["id"] == "CD106"
+    assert {d["id"] for d in driver["notifications"]} == {"CD001", "CD002"}
+
+
+def test_sarif_paths_are_relative_to_the_repository_root(monkeypatch, capsys, tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "logs").mkdir(parents=True)
+    inside = write(repo / "logs", "canary one.log", Path(OOM).read_text(encoding="utf-8"))
+    outside = write(tmp_path, "elsewhere.log", Path(READY).read_text(encoding="utf-8"))
+    doc = json.loads(gate(monkeypatch, capsys, inside, outside, "--format", "sarif", "--repo-root", str(repo))[1])
+    jsonschema.validate(doc, sarif_schema())
+    run = doc["runs"][0]
+    assert run["originalUriBaseIds"] == {"SRCROOT": {"uri": repo.as_uri() + "/"}}
+    locations = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]: r["locations"][0]
+                 for r in run["results"]}
+    assert set(locations) == {"logs/canary%20one.log", Path(outside).as_uri()}
+    assert locations["logs/canary%20one.log"]["physicalLocation"]["artifactLocation"]["uriBaseId"] == "SRCROOT"
+    main = next(r for r in run["results"] if r["ruleId"] == "CD102")["locations"][0]["physicalLocation"]["region"]
+    assert "out of memory" in main["snippet"]["text"].lower()
+    # --sarif-root is the same option; GitHub annotations name the file as the repository does
+    out = gate(monkeypatch, capsys, inside, "--format", "github", "--sarif-root", str(repo))[1]
+    assert "::error file=logs/canary one.log,line=" in out
+
+
+def test_sarif_fail_on_unknown_is_a_result(monkeypatch, capsys, tmp_path):
+    policy = write(tmp_path, "capdiag.toml", 'fail-on-unknown = true\n')
+    doc = json.loads(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy, "--format", "sarif")[1])
+    jsonschema.validate(doc, sarif_schema())
+    unknown = next(r for r in doc["runs"][0]["results"] if r["ruleId"] == "CD110")
+    assert unknown["kind"] == "fail" and unknown["level"] == "warning" and unknown["properties"]["not_judged"]
+    assert "could not judge" in unknown["message"]["text"]
+
+
+@needs_shared
+def test_sarif_of_every_corpus_log_passes_the_schema(monkeypatch, capsys):
+    logs = sorted(str(p) for d in ("sglang", "vllm") for p in (SHARED / "corpus" / d).glob("*.log"))
+    code, out, _ = gate(monkeypatch, capsys, *logs, "--format", "sarif", "--repo-root", str(SHARED))
+    doc = json.loads(out)
+    jsonschema.validate(doc, sarif_schema())
+    run = doc["runs"][0]
+    assert len(run["artifacts"]) == len(logs) and code in (0, 1)
+    assert run["invocations"][0]["executionSuccessful"] is True
+    assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].startswith("corpus/")
+               for r in run["results"])
+
+
 def test_fingerprints_do_not_depend_on_line_numbers(tmp_path):
     from capdiag.analysis import analyse
     from capdiag.report import build
