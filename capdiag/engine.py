@@ -127,9 +127,8 @@ class Rule:
     code: Optional[str] = None  # set for rules that raise findings, e.g. "CD101"
     severity: Optional[str] = None  # their default severity
     thresholds: dict = attrs.field(factory=dict, hash=False)
-    # inputs without which the rule cannot judge ("nvidia-smi", "config.json"), and the
-    # frameworks it applies to (empty: both)
-    needs: tuple = ()
+    # the frameworks it applies to (empty: both); a rule that cannot judge for want of an
+    # input says so itself, by concluding `not_judged`
     frameworks: tuple = ()
     reads: tuple = ()
     concludes: tuple = ()
@@ -156,15 +155,23 @@ class Rule:
         return self.func(kb)
 
 
+def finding_identities(name: str) -> tuple[str, ...]:
+    """What a finding rule concludes: its findings, or that it could not judge."""
+    return (f"finding:{name}", f"not_judged:{name}")
+
+
 def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
-         thresholds: Optional[dict] = None, needs: tuple = (), frameworks: tuple = (),
+         thresholds: Optional[dict] = None, frameworks: tuple = (),
          reads: tuple = (), concludes: tuple = ()) -> Callable[[Callable], Rule]:
+    """Declare a rule. A rule with a `code` raises findings: it concludes its own
+    `finding:<name>` and `not_judged:<name>` without saying so."""
     def wrap(func: Callable) -> Rule:
         for r in reads:
             if not (isinstance(r, str) or (isinstance(r, type) and issubclass(r, F.Fact))):
                 raise RuleSetError(f"rule {name}: reads {r!r}: a fact class or a 'topic[:key][?]' string")
-        return Rule(name, func, code, severity, dict(thresholds or {}), tuple(needs), tuple(frameworks),
-                    tuple(reads), tuple(concludes))
+        own = finding_identities(name) if code else ()
+        return Rule(name, func, code, severity, dict(thresholds or {}), tuple(frameworks),
+                    tuple(reads), own + tuple(c for c in concludes if c not in own))
     return wrap
 
 

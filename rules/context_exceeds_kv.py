@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Finding, rule
-from capdiag.rules._common import line_ref
+from capdiag.rules._common import cannot_judge, line_ref
 
 @rule("context-exceeds-kv", code="CD104", severity="warning", thresholds={"few_requests": 2},
-      reads=(F.VllmStartupError, "kv_pool:tokens", "config:max_model_len?", "config:context_len?"),
-      concludes=("finding:context-exceeds-kv",))
+      reads=(F.VllmStartupError, "kv_pool:tokens", "config:max_model_len?", "config:context_len?"))
 def context_exceeds_kv(kb, t):
     """What it checks: one request at the full context length (SGLang's `context_len`, vLLM's
     `max_model_len`) does not fit in the KV pool, or only a handful do. vLLM refuses to start
@@ -35,6 +34,9 @@ def context_exceeds_kv(kb, t):
     context = kb.get("config", "max_model_len") or kb.get("config", "context_len")
     if tokens is None or context is None or not tokens.known or not context.known \
             or not isinstance(context.value, int) or not context.value:
+        yield cannot_judge("context-exceeds-kv", ("the KV pool's token count", tokens),
+                           ("the context length", context if context is None or context.known and
+                            isinstance(context.value, int) and context.value else None))
         return
     fit = tokens.value // context.value
     if fit >= t["few_requests"]:

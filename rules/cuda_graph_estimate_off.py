@@ -8,8 +8,7 @@ from capdiag.rules._common import finding, line_ref
 
 @rule("cuda-graph-estimate-off", code="CD117", severity="warning", thresholds={"max_error_percent": 30.0},
       frameworks=("vllm",),
-      reads=(F.VllmGraphPool, F.VllmGraphCapture),
-      concludes=("finding:cuda-graph-estimate-off",))
+      reads=(F.VllmGraphPool, F.VllmGraphCapture))
 def cuda_graph_estimate_off(kb, t):
     """What it checks: vLLM's pre-capture estimate of CUDA-graph memory differs from the actual
     figure by more than `max_error_percent` % (`CUDA graph pool memory: A (actual), E

@@ -31,8 +31,7 @@ def _nvidia_or_unknown(kb) -> bool:
 
 
 @rule("deepgemm-jit-suspected", code="CD107", severity="info",
-      reads=(F.DeepGEMMActivity, F.LoadWeightEnd, F.ModelConfig, F.DeviceName, F.SmiGpu, F.GraphCaptureBegin, F.GraphCaptureEnd, "gpu:identity", "breakdown:other"),
-      concludes=("finding:deepgemm-jit-suspected",))
+      reads=(F.DeepGEMMActivity, F.LoadWeightEnd, F.ModelConfig, F.DeviceName, F.SmiGpu, F.GraphCaptureBegin, F.GraphCaptureEnd, "gpu:identity", "breakdown:other"))
 def deepgemm_jit_suspected(kb):
     """What it checks: the model runs DeepGEMM kernels — the log shows DeepGEMM warm-up/JIT
     lines, config.json declares FP8 block quantization, or the model class is DeepSeek-style

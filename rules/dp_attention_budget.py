@@ -7,8 +7,7 @@ from capdiag.rules._common import finding
 
 
 @rule("dp-attention-budget", code="CD119", severity="info",
-      reads=(F.Fact, "config:dp_size", "kv_pool:tokens", "concurrency"),
-      concludes=("finding:dp-attention-budget",))
+      reads=(F.Fact, "config:dp_size", "kv_pool:tokens", "concurrency"))
 def dp_attention_budget(kb):
     """What it checks: the server runs data-parallel attention or several DP replicas (SGLang
     `dp_size` > 1, vLLM `data_parallel_size` > 1, or DP tags on the ranks).

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import rule
-from capdiag.rules._common import finding, is_vllm
+from capdiag.rules._common import cannot_judge, finding, is_vllm
 from capdiag.rules.kv_theory import element_size
 
 
 @rule("fp8-kv-opportunity", code="CD114", severity="info",
-      reads=(F.Options, "kv_pool:dtype", "kv_pool:theoretical_bytes_per_token", "kv_pool:tokens", "concurrency"),
-      concludes=("finding:fp8-kv-opportunity",))
+      reads=(F.Options, "kv_pool:dtype", "kv_pool:theoretical_bytes_per_token", "kv_pool:tokens", "concurrency"))
 def fp8_kv_opportunity(kb):
     """What it checks: the KV cache is stored in a 16-bit type (bf16/fp16).
 
@@ -24,7 +23,10 @@ def fp8_kv_opportunity(kb):
     """
     dtype = kb.get("kv_pool", "dtype")
     tokens = kb.get("kv_pool", "tokens")
-    if dtype is None or not dtype.known or element_size(dtype.value) != 2:
+    if dtype is None or not dtype.known:
+        yield cannot_judge("fp8-kv-opportunity", ("the KV cache dtype", dtype))
+        return
+    if element_size(dtype.value) != 2:
         return
     if kb.get("kv_pool", "theoretical_bytes_per_token") is not None and \
             not kb.get("kv_pool", "theoretical_bytes_per_token").known:

@@ -6,8 +6,7 @@ from capdiag.rules._common import finding
 
 
 @rule("gpu-capacity-ambiguous", code="CD123", severity="warning",
-      reads=("gpu:identity", "gpu:total_gib"),
-      concludes=("finding:gpu-capacity-ambiguous",))
+      reads=("gpu:identity", "gpu:total_gib"))
 def gpu_capacity_ambiguous(kb):
     """What it checks: the GPU total rests on weak ground — only the vendor's nominal GB is
     known, the inputs name several GPU models, or the GPU shares its memory with the CPU (DGX

@@ -8,8 +8,7 @@ from capdiag.rules._common import finding, line_ref
 
 @rule("kernel-cache-cold", code="CD108", severity="info", thresholds={"long_capture_s": 120.0},
       frameworks=("sglang",),
-      reads=(F.KernelCacheNote, F.GraphCaptureEnd),
-      concludes=("finding:kernel-cache-cold",))
+      reads=(F.KernelCacheNote, F.GraphCaptureEnd))
 def kernel_cache_cold(kb, t):
     """What it checks: signs that this start-up compiled its kernels from scratch — SGLang's
     note that compiled-kernel caches moved to `SGLANG_CACHE_DIR` (v0.5.18+), DeepGEMM JIT

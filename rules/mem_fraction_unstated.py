@@ -8,8 +8,7 @@ _NEEDS_IT = ("budget_gib", "headroom_gib")
 
 
 @rule("mem-fraction-unstated", code="CD103", severity="info", frameworks=("sglang",),
-      reads=("config:mem_fraction_static", *(f"kv_pool:{key}" for key in _NEEDS_IT)),
-      concludes=("finding:mem-fraction-unstated",))
+      reads=("config:mem_fraction_static", *(f"kv_pool:{key}" for key in _NEEDS_IT)))
 def mem_fraction_unstated(kb):
     """What it checks: the log does not state SGLang's `mem_fraction_static` (no intact
     `server_args` line, no `Memory profiling:` line).

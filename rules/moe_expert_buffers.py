@@ -8,8 +8,7 @@ from capdiag.rules.weights_theory import _experts
 
 
 @rule("moe-expert-buffers", code="CD122", severity="info",
-      reads=(F.DeviceName, F.ModelConfig),
-      concludes=("finding:moe-expert-buffers",))
+      reads=(F.DeviceName, F.ModelConfig))
 def moe_expert_buffers(kb):
     """What it checks: the model is a mixture of experts (config.json experts, MoE kernel-config
     lines in the log).

@@ -11,8 +11,7 @@ _POOL_SIZED = (F.MemoryPoolEnd, F.VllmKVCacheSize, F.VllmGpuBlocks, F.VllmAvaila
 
 
 @rule("out-of-memory", code="CD102", severity="error",
-      reads=(F.Fact,),
-      concludes=("finding:out-of-memory",))
+      reads=(F.Fact,))
 def out_of_memory(kb):
     """What it checks: a CUDA out-of-memory error; SGLang's "Not enough memory" or "Loaded
     weights leave no GPU memory for the KV cache"; vLLM's "No available memory for the cache

@@ -7,8 +7,7 @@ from capdiag.rules._common import finding, line_ref
 
 
 @rule("overlap-weight-load", code="CD109", severity="info", frameworks=("sglang",),
-      reads=(F.ServerArgs, F.WeightsCommitted),
-      concludes=("finding:overlap-weight-load",))
+      reads=(F.ServerArgs, F.WeightsCommitted))
 def overlap_weight_load(kb):
     """What it checks: SGLang ran with `--startup-weight-load-mode overlap` (server_args, or the
     `Load weight end. Committed real weights after CUDA graph capture` line).

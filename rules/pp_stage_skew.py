@@ -10,8 +10,7 @@ _READINGS = ((F.LoadWeightEnd, "mem_usage_gib", "weights"), (F.VllmModelLoading,
 
 
 @rule("pp-stage-skew", code="CD118", severity="warning", thresholds={"max_spread_gib": 2.0},
-      reads=(F.LoadWeightEnd, F.MemoryPoolEnd, F.VllmAvailableKV, F.VllmModelLoading),
-      concludes=("finding:pp-stage-skew",))
+      reads=(F.LoadWeightEnd, F.MemoryPoolEnd, F.VllmAvailableKV, F.VllmModelLoading))
 def pp_stage_skew(kb, t):
     """What it checks: pipeline stages differ by more than `max_spread_gib` GiB in weights, free
     memory after the pools, or available KV memory.

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import rule
-from capdiag.rules._common import finding, is_vllm
+from capdiag.rules._common import cannot_judge, finding, is_vllm
 
 
 @rule("request-limit-binds", code="CD115", severity="info",
-      reads=(F.Options, "concurrency"),
-      concludes=("finding:request-limit-binds",))
+      reads=(F.Options, "concurrency"))
 def request_limit_binds(kb):
     """What it checks: at some request length the request limit (`max_running_requests`, vLLM
     `max_num_seqs`) caps concurrency before the KV tokens do — or the reverse across lengths.
@@ -23,6 +22,10 @@ def request_limit_binds(kb):
     your typical length, watching activation memory; or accept the cap.
     """
     rows = sorted((c for c in kb.topic("concurrency") if c.known), key=lambda c: c.key)
+    if not rows:
+        unknown = sorted(kb.topic("concurrency"), key=lambda c: c.key)
+        yield cannot_judge("request-limit-binds", ("the concurrency per request length", unknown[0] if unknown else None))
+        return
     capped = [c for c in rows if c.detail.get("binding") == "requests"]
     if not capped:
         return

@@ -6,8 +6,7 @@ from capdiag.rules._common import finding, gib
 
 
 @rule("speculative-draft-memory", code="CD120", severity="info",
-      reads=("breakdown:weights", "breakdown:kv_cache", "breakdown:cuda_graph", "breakdown:draft_weights?", "breakdown:draft_kv_cache?", "breakdown:draft_cuda_graph?"),
-      concludes=("finding:speculative-draft-memory",))
+      reads=("breakdown:weights", "breakdown:kv_cache", "breakdown:cuda_graph", "breakdown:draft_weights?", "breakdown:draft_kv_cache?", "breakdown:draft_cuda_graph?"))
 def speculative_draft_memory(kb):
     """What it checks: a speculative-decoding draft model printed its own weight, KV or graph
     lines (EAGLE, MTP/NEXTN, standalone drafts).

@@ -10,8 +10,7 @@ _PHASE_WORDS = {"init": "process start-up", "weights": "weight loading", "kv_poo
 
 
 @rule("startup-incomplete", code="CD101", severity="warning",
-      reads=(F.Fact, "phase"),
-      concludes=("finding:startup-incomplete",))
+      reads=(F.Fact, "phase"))
 def startup_incomplete(kb):
     """What it checks: the launch never reaches its ready line (SGLang: "The server is fired up and
     ready to roll!"; vLLM: "Application startup complete." or the engine's `init engine … took`).

@@ -7,8 +7,7 @@ from capdiag.rules._common import finding, line_ref
 
 
 @rule("swa-compressed-kv", code="CD121", severity="info", frameworks=("sglang",),
-      reads=(F.DSV4MemoryCalculation,),
-      concludes=("finding:swa-compressed-kv",))
+      reads=(F.DSV4MemoryCalculation,))
 def swa_compressed_kv(kb):
     """What it checks: the model keeps a compressed, sliding-window KV cache (DeepSeek-V4's
     CSA/HCA pools: `DSV4 memory calculation` / `DSv4 memory calculation` lines).

@@ -7,8 +7,7 @@ from capdiag.rules._common import line_ref
 
 
 @rule("utilization-too-high", code="CD105", severity="error", frameworks=("vllm",),
-      reads=(F.VllmStartupMemory,),
-      concludes=("finding:utilization-too-high",))
+      reads=(F.VllmStartupMemory,))
 def utilization_too_high(kb):
     """What it checks: the fraction of GPU memory the server was told to use is more than the
     GPU had free at start-up — vLLM's "Free memory on device (F/T GiB) on startup is less than

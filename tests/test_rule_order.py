@@ -122,7 +122,7 @@ def test_every_rule_declares_what_it_concludes_and_every_set_is_well_formed():
     for r in ALL + PLAN + DIFF_RULES:
         assert r.concludes, f"{r.name} declares no conclusions"
     for r in FINDINGS:
-        assert r.concludes == (f"finding:{r.name}",), r.name
+        assert r.concludes == (f"finding:{r.name}", f"not_judged:{r.name}"), r.name
     for rules in (rules_for("sglang"), rules_for("vllm"), PLAN, DIFF_RULES):
         assert len(engine.order(rules)) == len(rules)
 
