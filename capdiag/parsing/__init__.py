@@ -37,6 +37,15 @@ def read_facts(lines: Iterable[Line], framework: Optional[str] = None) -> Iterat
             yield parsed.cls(evidence=F.Evidence(line.number, line.raw), rank=parsed.rank, **values, **extra)
 
 
+def build_parsers() -> None:
+    """Build every log grammar's parser now (each is built once, on first use): a process
+    that forks workers does it first, so they inherit the parsers instead of each building
+    its own."""
+    from capdiag.parsing import literal, sglang, vllm
+
+    sglang._parser(), vllm._parser(), literal._parser()
+
+
 def framework_of(fact: F.Fact) -> Optional[str]:
     """The framework whose own line kind a fact is; None for kinds both print."""
     module = type(fact).__module__
