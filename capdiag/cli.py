@@ -100,6 +100,8 @@ def _gate_options(func):
     """Options `gate` and `baseline` share with `explain`'s inputs."""
     for option in reversed((
             click.option("--policy", type=click.Path(dir_okay=False), help="A capdiag.toml policy."),
+            click.option("--deployment", help="Name the deployment the logs come from (part of every fingerprint; "
+                                              "beats the policy's `deployment`)."),
             click.option("--nvidia-smi-file", type=click.Path(dir_okay=False), help="nvidia-smi output (all logs)."),
             click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (all logs)."),
             click.option("--gpu", help="GPU alias from references/gpu-specs.json."),
@@ -110,11 +112,14 @@ def _gate_options(func):
     return func
 
 
-def _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on=None, baseline=None):
+def _verdict(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on=None,
+             baseline=None, fail_on_unknown=False):
     loaded = load_policy(policy) if policy else None
     level = fail_on or (loaded.fail_on if loaded else None) or DEFAULT_FAIL_ON
     entries = read_baseline(baseline) if baseline else None
-    return gate.run(list(logs), fail_on=level, baseline=entries, policy=loaded, nvidia_smi=nvidia_smi_file,
+    return gate.run(list(logs), fail_on=level, baseline=entries, policy=loaded,
+                    fail_on_unknown=fail_on_unknown or bool(loaded and loaded.fail_on_unknown),
+                    deployment=deployment or (loaded.deployment if loaded else None), nvidia_smi=nvidia_smi_file,
                     config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, framework=framework)
 
 
@@ -126,12 +131,17 @@ def _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, fra
 @click.option("--format", "fmt", type=click.Choice(GATE_FORMATS), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--baseline", type=click.Path(dir_okay=False), help="Accept the findings this baseline lists.")
+@click.option("--repo-root", "--sarif-root", "repo_root", type=click.Path(file_okay=False),
+              help="Make the log paths in SARIF, GitLab and GitHub output relative to this repository root.")
+@click.option("--fail-on-unknown", is_flag=True,
+              help="A rule at or above --fail-on that could not judge (its inputs are unknown) fails the gate too.")
 @click.option("--exit-zero", is_flag=True, help="Report, but exit 0 even when the gate fails (input errors still exit 2).")
-def gate_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, fmt, output,
-                 baseline, exit_zero):
+def gate_command(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, fmt,
+                 output, baseline, repo_root, fail_on_unknown, exit_zero):
     """Gate a deploy on the start-up logs: exit 0 pass, 1 a finding at or above --fail-on, 2 input error."""
-    verdict = _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, baseline)
-    _write(render_gate(verdict, fmt), output)
+    verdict = _verdict(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on,
+                       baseline, fail_on_unknown)
+    _write(render_gate(verdict, fmt, repo_root), output)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary:
         try:
@@ -146,9 +156,9 @@ def gate_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib,
 @click.argument("logs", nargs=-1, required=True)
 @_gate_options
 @click.option("--output", "-o", type=click.Path(dir_okay=False), required=True, help="The baseline file to write.")
-def baseline_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, output):
+def baseline_command(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, output):
     """Write a baseline that accepts every finding the logs raise now."""
-    verdict = _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework)
+    verdict = _verdict(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework)
     if verdict.errors:
         raise InputError(verdict.errors[0].error)
     document = baseline_document(verdict)

@@ -169,6 +169,11 @@ def build(a: Analysis) -> dict[str, Any]:
                          "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
                          "detail": d.detail})
 
+    fired = {f["rule"] for f in findings}
+    not_judged = [{"rule": d.key, "code": _rule_code(d.key), "reason": d.value.reason, "evidence": evidence(d)}
+                  for d in sorted(kb.topic("not_judged"), key=lambda d: _rule_code(d.key) or d.key)
+                  if d.key not in fired]
+
     budget = kb.get("breakdown", "budget")
     check = kb.get("concurrency_check")
     kv_keys = [k for k in ("tokens", "bytes_per_token", "theoretical_bytes_per_token", "dtype", "budget_gib",
@@ -238,6 +243,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "concurrency": concurrency,
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,
+        "not_judged": not_judged,
         "framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
                                 "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
                                for f in facts if framework_of(f) == a.framework],
