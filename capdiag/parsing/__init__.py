@@ -34,7 +34,7 @@ def read_facts(lines: Iterable[Line], framework: Optional[str] = None) -> Iterat
             values = dict(parsed.values)
             role = values.pop("_role", None)
             extra = {"role": role, "role_stated": True} if role else {}
-            yield parsed.cls(evidence=F.Evidence(line.number, line.raw), rank=parsed.rank, **values, **extra)
+            yield parsed.cls(evidence=F.Evidence(line.number, line.raw, read_to=parsed.read_to), rank=parsed.rank, **values, **extra)
 
 
 def build_parsers() -> None:
