@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from capdiag.cli import main
 from capdiag.errors import InputError
-from helpers import corpus_report, fixture, row
+from helpers import corpus_report, fixture, lines_of, row
 
 
 def stand_ins(report: dict) -> dict:
@@ -35,7 +35,7 @@ def test_worker_only_v0_excerpt_reads_the_workers_that_agree():
     assert by_process["VllmWorkerProcess pid=4412"]["total_gpu_memory_gib"] is None
     # the evidence of a stand-in figure reaches the worker's line and the stand-in conclusion
     weights = row(report, "weights")
-    assert [e["line"] for e in weights["evidence"]] and all(e["line"] in (4, 5, 6) for e in weights["evidence"])
+    assert lines_of(weights) and all(line in (4, 5, 6) for line in lines_of(weights))
     # the model from the runner's line
     assert report["config"]["model"] == "Qwen/Qwen2.5-72B-Instruct-AWQ"
     assert "Starting to load model" in report["config_sources"]["model"]
