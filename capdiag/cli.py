@@ -152,6 +152,23 @@ def gate_command(logs, policy, deployment, nvidia_smi_file, config_json, gpu, gp
     sys.exit(verdict.exit_code(exit_zero))
 
 
+@main.command("check-policy")
+@click.argument("policies", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def check_policy(policies):
+    """Validate capdiag.toml policies (the pre-commit hook): exit 2 naming the first mistake of each."""
+    bad = 0
+    for path in policies:
+        try:
+            loaded = load_policy(path)
+        except InputError as exc:
+            click.echo(f"capdiag: error: {exc}", err=True)
+            bad += 1
+            continue
+        click.echo(f"{path}: ok ({len(loaded.rules)} rule setting(s), fail-on {loaded.fail_on or DEFAULT_FAIL_ON})")
+    if bad:
+        sys.exit(2)
+
+
 @main.command("baseline")
 @click.argument("logs", nargs=-1, required=True)
 @_gate_options
