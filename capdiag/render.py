@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 
 from capdiag import bars
+from capdiag.terminal import DEFAULT_WIDTH, for_terminal, wrap
 
 FORMATS = ("text", "markdown", "json", "html")
 
@@ -46,23 +47,23 @@ def _env() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
     env.filters.update(num=_num, clip=_clip, md=_md, line_anchor=bars.line_anchor)
-    env.globals.update(text_bars=bars.text_bars, html_view=bars.html_view)
+    env.globals.update(text_bars=bars.text_bars, bar_cells=bars.bar_cells, html_view=bars.html_view)
     return env
 
 
-def render(report: dict[str, Any], fmt: str, color: bool = False) -> str:
-    """The report in `fmt`; `color` paints the text report's bars with ANSI colours (the CLI
-    asks for it only when stdout is a terminal and NO_COLOR is unset)."""
+def render(report: dict[str, Any], fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
+    """The report in `fmt`. The text report is wrapped to `width` columns (log lines quoted in
+    it are cut to one line); `color` paints its bars and severities with ANSI colours."""
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    return _env().get_template(f"{fmt}.j2").render(r=report, color=color)
+    text = _env().get_template(f"{fmt}.j2").render(r=report, color=color, width=width)
+    return for_terminal(text, width, color) if fmt == "text" else text
 
 
-def render_trace(firings) -> str:
-    """One block per firing, in order: rule → conclusion, then the premises it rests on."""
-    from capdiag.report import trace_rows
-
-    return _env().get_template("trace.j2").render(rows=trace_rows(firings))
+def render_trace(rows: list[dict[str, Any]], width: int = DEFAULT_WIDTH) -> str:
+    """One block per firing, in order: rule → conclusion, its inputs; then the rules asked
+    about that did not fire, with what they needed (report.trace_rows)."""
+    return wrap(_env().get_template("trace.j2").render(rows=rows, width=width), width)
 
 
 def render_plan(report: dict[str, Any], fmt: str) -> str:

@@ -5,11 +5,12 @@ templates read the same object. Nothing here decides anything a rule did not con
 """
 from __future__ import annotations
 
+import fnmatch
 from typing import Any, Optional
 
 from capdiag import facts as F
 from capdiag.analysis import Analysis
-from capdiag.engine import Derived, Finding, Unknown, evidence_chain
+from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, evidence_chain
 from capdiag.observed import observed_by_rank, with_contract_keys
 from capdiag.parsing import framework_of
 from capdiag.rules import FINDING_RULES
@@ -153,6 +154,11 @@ def build(a: Analysis) -> dict[str, Any]:
                          "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
                          "detail": d.detail})
 
+    fired = {f["rule"] for f in findings}
+    not_judged = [{"rule": d.key, "code": _rule_code(d.key), "reason": d.value.reason, "evidence": evidence(d)}
+                  for d in sorted(kb.topic("not_judged"), key=lambda d: _rule_code(d.key) or d.key)
+                  if d.key not in fired]
+
     budget = kb.get("breakdown", "budget")
     check = kb.get("concurrency_check")
     kv_keys = [k for k in ("tokens", "bytes_per_token", "theoretical_bytes_per_token", "dtype", "budget_gib",
@@ -219,6 +225,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "concurrency": concurrency,
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,
+        "not_judged": not_judged,
         "framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
                                 "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
                                for f in facts if framework_of(f) == a.framework],
@@ -256,14 +263,62 @@ def _rule_code(name: str) -> Optional[str]:
     return next((r.code for r in FINDING_RULES if r.name == name), None)
 
 
-def trace_rows(firings) -> list[dict[str, Any]]:
-    """The engine's firings as rows for the trace template."""
+def _shown(d: Derived) -> str:
+    """A conclusion's value as the trace prints it: a finding by severity and title."""
+    if isinstance(d, Finding):
+        return f"[{d.severity.upper()}] {d.title}"
+    return str(_value(d)) if d.known else f"unknown: {_reason(d)}"
+
+
+def _premise(p: Premise) -> str:
+    if isinstance(p, Derived):
+        return f"{p.topic}.{p.key} = {_shown(p)}"
+    return f"{p.kind} ({where(p.evidence)}): {p.evidence.text}"
+
+
+def trace_rows(firings, rules=(), kb: Optional[Knowledge] = None, wanted: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The engine's firings as rows for the trace template: each with the inputs the rule was
+    handed and the value it concluded; then, for each rule asked about (all when `wanted` is
+    empty) that concluded nothing, what it needed and did not have."""
+    chosen = [r for r in rules if rule_wanted(r, wanted)]
+    names = {r.name for r in chosen} if wanted else None
     rows = []
     for n, firing in enumerate(firings, start=1):
+        if (names is not None and firing.rule not in names) or firing.conclusion.topic == "not_judged":
+            continue  # a rule that could not judge is listed with those that did not fire
         d = firing.conclusion
-        premises = [(f"{p.topic}.{p.key}" if isinstance(p, Derived) else f"{p.kind} ({where(p.evidence)})")
-                    for p in d.premises]
-        rows.append({"n": n, "rule": firing.rule, "topic": d.topic, "key": d.key,
-                     "value": _value(d) if d.known else f"unknown: {_reason(d)}", "formula": d.formula,
-                     "premises": premises})
+        rows.append({"n": n, "rule": firing.rule, "topic": d.topic, "key": d.key, "value": _shown(d),
+                     "formula": d.formula, "premises": [_premise(p) for p in d.premises], "needs": None})
+    judged = {f.rule for f in firings if f.conclusion.topic != "not_judged"}
+    for r in chosen:
+        if r.name in judged or kb is None:
+            continue
+        said = kb.get("not_judged", r.name)
+        needs = [said.value.reason.removeprefix("needs ")] if said is not None else unmet_needs(r, kb)
+        rows.append({"n": None, "rule": r.name, "needs": needs, "declared": bool(r.reads) or said is not None})
     return rows
+
+
+def rule_wanted(r: Rule, wanted: tuple[str, ...]) -> bool:
+    """Whether a rule matches one of `wanted`: its name, its code, or a shell pattern (`breakdown.*`)."""
+    return not wanted or any(fnmatch.fnmatch(r.name, w.lower()) or (r.code or "").lower() == w.lower()
+                             for w in wanted)
+
+
+def unmet_needs(r: Rule, kb: Knowledge) -> list[str]:
+    """What a rule that did not fire declares it reads and the knowledge does not hold."""
+    missing = []
+    for read in r.reads:
+        if isinstance(read, str) and read.endswith("?"):
+            continue
+        if isinstance(read, type):
+            if not kb.of(read, role=None):
+                missing.append(f"a {read.__name__} line")
+            continue
+        topic, _, key = read.partition(":")
+        found = [d for d in kb.topic(topic) if not key or str(d.key) == key]
+        if not found:
+            missing.append(read.replace(":", "."))
+        elif not any(d.known for d in found):
+            missing.append(f"{read.replace(':', '.')} (unknown: {_reason(found[0])})")
+    return missing
