@@ -278,12 +278,12 @@ ANON_TP4 = fixture("anon_graph_crash_tp4.log")  # a crash in graph capture on fo
 
 
 def test_a_baseline_of_one_anonymous_log_does_not_accept_another(monkeypatch, capsys, tmp_path):
-    # both crash in CUDA graph capture (startup-incomplete, error) and state no model, TP, GPU, …
+    # both crash in CUDA graph capture (startup-failed, error) and state no model, TP, GPU, …
     baseline = str(tmp_path / "baseline.json")
     assert run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "-o", baseline)[0] == 0
     code, out, _ = gate(monkeypatch, capsys, ANON_TP4, "--baseline", baseline)
     assert code == 1 and out.startswith("capdiag gate: FAIL")
-    assert "FAIL  [error] CD101 startup-incomplete: Start-up crashed during CUDA graph capture" in out
+    assert "FAIL  [error] CD125 startup-failed: The installed build has no GPU kernels for this GPU's architecture" in out
     assert "accepted" not in out.split("Stale")[0] and "no deployment identity" in out
     # the same anonymous log, gated again under the same path, is still accepted
     code, out, _ = gate(monkeypatch, capsys, ANON_TP2, "--baseline", baseline)
@@ -353,7 +353,7 @@ def test_the_reported_collision_on_the_corpus_fails(monkeypatch, capsys, tmp_pat
     code, out, _ = gate(monkeypatch, capsys, crash, "--baseline", baseline, "--format", "json")
     doc = json.loads(out)
     assert code == 1 and doc["verdict"] == "fail" and doc["suppressed"] == 0
-    assert any(f["rule"] == "startup-incomplete" and f["failing"] for f in doc["logs"][0]["findings"])
+    assert any(f["rule"] == "startup-failed" and f["failing"] for f in doc["logs"][0]["findings"])
 
 
 # ---- rules that could not judge ---------------------------------------------------------------
@@ -418,7 +418,8 @@ def test_fail_on_unknown_fails_rules_at_the_threshold_that_could_not_judge(monke
     assert not any(n["failing"] for n in doc["logs"][0]["not_judged"]) and doc["fail_on_unknown"] is True
     policy = write(tmp_path, "capdiag.toml", 'fail-on = "error"\nfail-on-unknown = true\n'
                                              '[rules.thin-headroom]\nseverity = "error"\n'
-                                             '[rules.startup-incomplete]\nenabled = false\n')
+                                             '[rules.startup-incomplete]\nenabled = false\n'
+                                             '[rules.startup-failed]\nenabled = false\n')
     code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy)
     assert code == 1 and "FAIL  CD110 thin-headroom: could not judge (fail-on-unknown) — needs the memory free" in out
     assert "skipped  CD124 low-concurrency" in out
