@@ -13,7 +13,7 @@ from typing import Any, Optional
 from urllib.parse import quote
 
 from capdiag import PROJECT_URL, __version__, ruledocs
-from capdiag.gate import Verdict
+from capdiag.gating import Verdict
 from capdiag.render import _env
 from capdiag.rules import FINDINGS
 

@@ -14,6 +14,7 @@ from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, 
 from capdiag.observed import observed_by_rank, with_contract_keys
 from capdiag.parsing import framework_of
 from capdiag.rules import FINDING_RULES
+from capdiag.rules.stand_in import STAND_IN_KINDS
 
 SCHEMA = "capdiag.report/1"
 CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
@@ -36,10 +37,12 @@ def _reason(d: Optional[Derived]) -> Optional[str]:
 
 
 def where(e: F.Evidence) -> str:
-    """`line 12` in the log, `nvidia-smi line 3`, `config.json`, or `input` (command line, references)."""
+    """`line 12` in the log, `nvidia-smi line 3`, `config.json`, or `input` (command line, references);
+    a damaged line says how far it was read."""
     if e.line == F.INPUT_LINE:
         return "input" if e.source in ("input", "log") else e.source
-    return f"line {e.line}" if e.source == "log" else f"{e.source} line {e.line}"
+    damage = f" (damaged: read up to column {e.read_to})" if e.read_to is not None else ""
+    return (f"line {e.line}" if e.source == "log" else f"{e.source} line {e.line}") + damage
 
 
 def evidence(d: Derived) -> list[dict[str, Any]]:
@@ -90,6 +93,19 @@ RANK_COLUMNS = {
              ("non-torch", ("non_torch_memory_gib",)), ("total", ("total_gpu_memory_gib",)),
              ("KV tokens", ("kv_cache_tokens",))),
 }
+
+
+def target_observed(kb, facts: list[F.Fact], per_rank: dict, target: Optional[tuple]) -> dict[str, Any]:
+    """The target rank's printed figures, and where it printed none of a kind, the figures of the
+    rank that stands in for it (rules/stand_in.py); `stand_ins` says which."""
+    own = dict(per_rank.get(target, {})) if target is not None else {}
+    for kind in STAND_IN_KINDS:
+        stand = kb.get("stand_in", kind.__name__)
+        if stand is not None and stand.known:
+            lines = [f for f in facts if isinstance(f, kind) and f.rank.key() == stand.value]
+            for key, value in observed_by_rank(lines).get(stand.value, {}).items():
+                own.setdefault(key, value)
+    return own
 
 
 def build(a: Analysis) -> dict[str, Any]:
@@ -197,7 +213,10 @@ def build(a: Analysis) -> dict[str, Any]:
                 "total_source": (total_d.detail.get("source") if total_d is not None and total_d.known else None),
                 "total_derivation": total_d.formula if total_d is not None and total_d.known else _reason(total_d)},
         "target_rank": _label_of(target, facts) if target is not None else None,
-        "observed": with_contract_keys(per_rank.get(target, {}) if target is not None else {}, a.framework),
+        "observed": with_contract_keys(target_observed(kb, facts, per_rank, target), a.framework),
+        "stand_ins": [{"kind": STAND_IN_KINDS[kind], "rank": d.detail.get("rank") if d.known else None,
+                       "derivation": d.formula if d.known else _reason(d)}
+                      for kind in STAND_IN_KINDS if (d := kb.get("stand_in", kind.__name__)) is not None],
         "ranks": ranks,
         "rank_columns": [heading for heading, _ in shown],
         "binding_rank": None if binding is None else {"label": binding.value, "derivation": binding.formula,

@@ -44,7 +44,7 @@ KEYWORDS = (
     "Graph capturing finished", "graph pool memory", "Estimated CUDA graph memory", "graph memory profiling is",
     "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len", "serve at least one request",
     "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
-    "vllm serve", "-m vllm.", "attention block size",
+    "vllm serve", "-m vllm.", "attention block size", "vllm-openai", "docker run", "Starting to load model",
     # tracebacks and dying processes (both): every exception class name holds one of these
     "Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt", "Failure",
     "Timeout", "Killed", "sigquit", "Value error,",
@@ -80,6 +80,9 @@ MAX_CONTINUATION = 400  # physical lines one wrapped record may span
 WRAPPED = 100  # a record line and its header-less successor both this long: a hard wrap
 # A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
+# A shell command that starts a server; it continues after a trailing `\` and on the lines an
+# author wrapped it onto, which open with an option.
+_COMMAND = re.compile(r"(?:^|\s)(?:python[\d.]*\s+-m\s+(?:sglang|vllm)\.|(?:sglang|vllm)\s+serve\b|docker\s+run\s)")
 MAX_LINE = 1 << 20  # bytes kept of one physical line; a longer one is cut, not held
 CHUNK = 1 << 20  # bytes read at a time
 
@@ -376,10 +379,11 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
     of their own, joined as they are — while its brackets are still open, or while the lines
     run at the wrap width; any line hard-wrapped mid-sentence continues on a line
     that opens with punctuation (`: 29053`); a line an author wrapped after a comma continues
-    on the next line when that one has no prefix, joined with a space.
+    on the next line when that one has no prefix, joined with a space; a launch command
+    continues after a trailing `\\` and on the lines that open with an option (`--tp 8`).
     """
     pending: Line | None = None
-    record = False
+    record = command = False
     spans = 0
     last_piece = ""
     for first, block in runs:
@@ -416,14 +420,20 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                     if not record and pending.text.endswith(",") and not text.startswith(("[", "(")):
                         pending = Line(pending.number, pending.text + " " + text, pending.raw + "\n" + raw)
                         continue
+                    if command and spans < MAX_CONTINUATION and (pending.text.endswith("\\") or text.startswith("--")):
+                        pending = Line(pending.number, pending.text.rstrip("\\ ") + " " + text,
+                                       pending.raw + "\n" + raw)
+                        spans += 1
+                        continue
                     yield pending
                     pending = None
                 if not has_keyword(text):
                     continue
                 line = Line(number, text, raw[:MAX_LINE])
+                command = False
                 if _RECORD.search(text):
                     pending, record, spans, last_piece = line, True, 0, raw
                 else:  # held one line: it may continue on the next (soft or hard wrap)
-                    pending, record = line, False
+                    pending, record, spans, command = line, False, 0, bool(_COMMAND.search(text))
     if pending is not None:
         yield pending

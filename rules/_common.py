@@ -62,3 +62,12 @@ def number_or_text(text: str):
         except ValueError:
             pass
     return text
+
+
+def command_option(command: F.LaunchCommand, name: str, aliases: dict) -> Optional[tuple[str, str]]:
+    """(option as written, value) of a setting in a launch command, under its name or one of
+    its aliases; None when the command does not give it."""
+    for option in (name,) + aliases.get(name, ()):
+        if command.args.get(option) is not None:
+            return option, command.args[option]
+    return None

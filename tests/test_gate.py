@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from capdiag.errors import InputError
-from capdiag.gate import fingerprint, identity, read_baseline
+from capdiag.gating import fingerprint, identity, read_baseline
 from capdiag.policy import load_policy
 from helpers import SHARED, TESTS, fixture, needs_shared, run_entry
 
