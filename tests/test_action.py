@@ -60,7 +60,8 @@ def test_a_failing_log_annotates_summarises_and_writes_sarif(tmp_path):
 def test_policy_baseline_and_exit_zero_reach_the_gate(tmp_path):
     workspace = workspace_with(tmp_path, fixture("oom_capture.log"))
     (workspace / "capdiag.toml").write_text('fail-on = "error"\n[rules.out-of-memory]\nenabled = false\n'
-                                            '[rules.startup-incomplete]\nenabled = false\n', encoding="utf-8")
+                                            '[rules.startup-incomplete]\nenabled = false\n'
+                                            '[rules.startup-failed]\nenabled = false\n', encoding="utf-8")
     done, _, outputs = run_action(workspace, logs="logs/oom_capture.log", policy="capdiag.toml")
     assert done.returncode == 0 and outputs["verdict"] == "pass", done.stdout + done.stderr
     done, _, outputs = run_action(workspace, logs="logs/oom_capture.log", exit_zero="true")

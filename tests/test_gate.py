@@ -456,10 +456,10 @@ def test_gitlab_code_quality_report(monkeypatch, capsys, tmp_path):
         assert issue["severity"] in ("info", "minor", "major", "critical", "blocker")
         assert isinstance(issue["location"]["lines"]["begin"], int) and issue["location"]["lines"]["begin"] >= 1
     assert len({i["fingerprint"] for i in issues}) == len(issues)
-    crash = next(i for i in issues if i["check_name"] == "CD101 startup-incomplete")
+    crash = next(i for i in issues if i["check_name"] == "CD125 startup-failed")
     assert crash["severity"] == "critical" and crash["location"]["path"] == "tests/fixtures/weights_then_crash_tp2.log"
     assert Path(WEIGHTS_ONLY).read_text(encoding="utf-8").splitlines()[crash["location"]["lines"]["begin"] - 1] \
-        .startswith("[2026-05-19 11:41:31 TP1] Scheduler hit an exception")
+        .startswith("RuntimeError: NCCL error in:")  # the root cause line
     skipped = next(i for i in issues if i["check_name"] == "CD110 thin-headroom (not judged)")
     assert skipped["severity"] == "info" and "could not judge" in skipped["description"]
     assert next(i for i in issues if i["check_name"] == "CD001 input-error")["severity"] == "blocker"
