@@ -15,6 +15,7 @@ from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.rules import rules_for
 from capdiag.source import candidate_runs, open_input, physical_runs
+from capdiag.traffic import TrafficAggregator
 
 
 @attrs.frozen
@@ -46,18 +47,20 @@ class _Counter:
         return first - 1 + block.count(b"\n") + (bool(block) and not block.endswith(b"\n"))
 
 
-def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], str, int]:
+def read_log(path: str, framework: Optional[str] = None, runtime: bool = True) -> tuple[list[F.Fact], str, int]:
     """Every fact in a log, in line order; the framework that printed it; lines read.
 
     Without `framework`, both grammars read every candidate line and the framework whose own
-    line kinds the log holds most of is chosen; the other's facts are then dropped.
+    line kinds the log holds most of is chosen; the other's facts are then dropped. With
+    `runtime`, the request-time traffic lines are summed on the way (capdiag.traffic).
     """
     if framework is not None and framework not in FRAMEWORKS:
         raise InputError(f"--framework {framework}: one of {', '.join(FRAMEWORKS)}")
     stream = open_input(path)
     try:
         counter = _Counter(physical_runs(stream))
-        facts = list(read_facts(candidate_runs(counter), framework))
+        traffic = TrafficAggregator() if runtime else None
+        facts = list(read_facts(candidate_runs(counter, traffic), framework))
     finally:
         if path != "-":
             stream.close()
@@ -68,6 +71,9 @@ def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], 
         raise InputError(f"{path}: neither an SGLang nor a vLLM start-up log "
                          f"(no start-up line of either recognised in {counter.count} lines)")
     facts = [f for f in facts if framework_of(f) in (None, chosen)]
+    if traffic is not None:
+        summed = [f for f in traffic.facts() if f.framework == chosen]
+        facts = sorted(facts + summed, key=lambda f: f.evidence.line)
     return facts, chosen, counter.count
 
 
@@ -75,8 +81,19 @@ def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[st
             token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
             gpu_total_gib: Optional[float] = None, framework: Optional[str] = None,
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None,
-            policy: Optional[F.Policy] = None, what_if: Optional[F.WhatIf] = None) -> Analysis:
-    facts, framework, lines = read_log(path, framework)
+            policy: Optional[F.Policy] = None, what_if: Optional[F.WhatIf] = None, runtime: bool = True) -> Analysis:
+    facts, framework, lines = read_log(path, framework, runtime)
+    return analyse_facts(path, facts, framework, lines, launch=launch, target_rank=target_rank,
+                         token_lengths=token_lengths, gpu=gpu, gpu_total_gib=gpu_total_gib, nvidia_smi=nvidia_smi,
+                         config_json=config_json, policy=policy, what_if=what_if)
+
+
+def analyse_facts(path: str, facts: list[F.Fact], framework: str, lines: int, *, launch: Optional[int] = None,
+                  target_rank: Optional[str] = None, token_lengths: tuple[int, ...] = (4096, 6144, 8192),
+                  gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None, nvidia_smi: Optional[str] = None,
+                  config_json: Optional[str] = None, policy: Optional[F.Policy] = None,
+                  what_if: Optional[F.WhatIf] = None) -> Analysis:
+    """The engine over facts already read (from a log, or from a running server's endpoints)."""
     launches = split_launches(facts)
     if launch is not None and not 1 <= launch <= len(launches):
         raise InputError(f"--launch {launch}: the log holds {len(launches)} launch(es)")

@@ -84,12 +84,14 @@ def main() -> None:
               help="Project the start-up under a changed setting (repeatable): " + ", ".join(KEYS) + ".")
 @click.option("--no-color", is_flag=True,
               help="No ANSI colours in the text report's bars (also off when NO_COLOR is set or stdout is not a terminal).")
+@click.option("--no-runtime", is_flag=True,
+              help="Skip the run-time section: do not read the request-time traffic lines (faster on long logs).")
 def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, launch, framework, nvidia_smi_file,
-            config_json, trace, what_if, no_color):
+            config_json, trace, what_if, no_color, no_runtime):
     """Explain where each GPU's memory went in LOG (a path, - for stdin, or a .gz file)."""
     a = analyse(log, launch=launch, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
                 gpu_total_gib=gpu_total_gib, framework=framework, nvidia_smi=nvidia_smi_file,
-                config_json=config_json, what_if=parse_what_if(what_if))
+                config_json=config_json, what_if=parse_what_if(what_if), runtime=not no_runtime)
     if trace:
         click.echo(render_trace(a.firings), err=True, nl=False)
     color = fmt == "text" and not output and not no_color and not os.environ.get("NO_COLOR") and sys.stdout.isatty()

@@ -12,7 +12,8 @@ from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, c
                            overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
                            speculative_draft_memory, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
                            thin_headroom, unexplained_memory, utilization_too_high, vllm_breakdown, vllm_capacity,
-                           vllm_config, weights_theory, what_if, plan)
+                           vllm_config, weights_theory, what_if, plan, runtime,
+                           kv_capacity_binds, request_limit_binds_traffic, kv_retractions)
 
 SGLANG = (
     config.config,
@@ -60,6 +61,7 @@ COMMON_AFTER = (
     ranks.binding_rank,
     ranks.rank_memory,
     startup_phase.phase,
+    runtime.summary,
 )
 
 # Findings, by code.
@@ -88,6 +90,9 @@ FINDINGS = (
     moe_expert_buffers.moe_expert_buffers,
     gpu_capacity_ambiguous.gpu_capacity_ambiguous,
     low_concurrency.low_concurrency,
+    kv_capacity_binds.kv_capacity_binds,
+    request_limit_binds_traffic.request_limit_binds_traffic,
+    kv_retractions.kv_retractions,
 )
 
 # Projections run last: they say which findings a change would add or remove.

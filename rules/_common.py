@@ -51,3 +51,9 @@ def number_or_text(text: str):
         except ValueError:
             pass
     return text
+
+
+def runtime(kb: Knowledge):
+    """The run-time summary of all ranks' traffic lines (rules/runtime.py), or None."""
+    rows = kb.topic("runtime")
+    return kb.get("runtime", "all") or (rows[0] if len(rows) == 1 else None)
