@@ -21,6 +21,7 @@ from capdiag.gate_render import GATE_FORMATS, render_gate, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
 from capdiag import facts as F
 from capdiag.diffing import diff
+from capdiag.probe import analyse_probe
 from capdiag.planning import compare_with_log, parse_params, parse_workload, plan, request_from_log
 from capdiag.report import build
 from capdiag.rules.plan import BYTES_PER_WEIGHT
@@ -88,7 +89,13 @@ def main() -> None:
               help="Skip the run-time section: do not read the request-time traffic lines (faster on long logs).")
 def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, launch, framework, nvidia_smi_file,
             config_json, trace, what_if, no_color, no_runtime):
-    """Explain where each GPU's memory went in LOG (a path, - for stdin, or a .gz file)."""
+    """Explain where each GPU's memory went in LOG (a path, - for stdin, a .gz file, or a running
+    server's URL: see `capdiag probe`)."""
+    if log.startswith(("http://", "https://")):
+        a = analyse_probe(log, framework=framework, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
+                          gpu_total_gib=gpu_total_gib, what_if=parse_what_if(what_if))
+        _write(render(build(a), fmt), output)
+        return
     a = analyse(log, launch=launch, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
                 gpu_total_gib=gpu_total_gib, framework=framework, nvidia_smi=nvidia_smi_file,
                 config_json=config_json, what_if=parse_what_if(what_if), runtime=not no_runtime)
@@ -96,6 +103,31 @@ def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, la
         click.echo(render_trace(a.firings), err=True, nl=False)
     color = fmt == "text" and not output and not no_color and not os.environ.get("NO_COLOR") and sys.stdout.isatty()
     _write(render(build(a), fmt, color=color), output)
+
+
+@main.command("probe")
+@click.argument("url", required=False)
+@click.option("--metrics-file", "metrics_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A saved scrape of /metrics instead of a URL (repeat, oldest first, for a series).")
+@click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection: the server is this framework.")
+@click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'", help="An extra HTTP header (repeatable).")
+@click.option("--token-env", metavar="VAR", help="Send `Authorization: Bearer $VAR` (the token stays out of the command line).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, help="Seconds per request.")
+@click.option("--insecure", is_flag=True, help="Do not verify the server's TLS certificate.")
+@click.option("--ca-cert", type=click.Path(dir_okay=False, exists=True), help="Verify TLS against this CA bundle.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
+@click.option("--gpu", help="GPU alias from references/gpu-specs.json.")
+@click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
+@click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True)
+def probe_command(url, metrics_files, framework, headers, token_env, timeout, insecure, ca_cert, fmt, output, gpu,
+                  gpu_total_gib, token_lengths):
+    """Explain a running server from its own endpoints (SGLang /server_info, /v1/loads; vLLM /metrics,
+    /v1/models, /version), or from saved scrapes of its /metrics."""
+    a = analyse_probe(url, metrics_files, framework=framework, headers=headers, token_env=token_env, timeout=timeout,
+                      verify=False if insecure else (ca_cert or True), gpu=gpu, gpu_total_gib=gpu_total_gib,
+                      token_lengths=token_lengths)
+    _write(render(build(a), fmt), output)
 
 
 def _gate_options(func):
