@@ -27,6 +27,11 @@ _OPENERS = (F.ServerArgs, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig)
 _FAILURES = (F.SchedulerException, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError)
 
 
+def ends_startup(fact: F.Fact) -> bool:
+    """Whether a fact says a start-up is over: the server is ready, or it failed."""
+    return fact.PHASE == "ready" or isinstance(fact, _FAILURES) or (
+        isinstance(fact, F.VllmStartupMemory) and bool(fact.error))
+
 
 @attrs.frozen
 class Launch:

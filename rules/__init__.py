@@ -10,7 +10,7 @@ from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, c
                            fp8_kv_opportunity, gpu, gpu_capacity_ambiguous, kernel_cache_cold, kv_head_replication,
                            kv_pool, kv_theory, low_concurrency, mem_fraction_unstated, moe_expert_buffers, nvidia_smi, out_of_memory,
                            overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
-                           speculative_draft_memory, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
+                           speculative_draft_memory, stand_in, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
                            thin_headroom, unexplained_memory, utilization_too_high, vllm_breakdown, vllm_capacity,
                            vllm_config, weights_theory, what_if, plan, runtime,
                            kv_capacity_binds, request_limit_binds_traffic, kv_retractions)
@@ -49,7 +49,7 @@ VLLM = (
     vllm_capacity.concurrency_check,
 )
 
-COMMON_BEFORE = (target_rank.target_rank, gpu.identity, gpu.total)
+COMMON_BEFORE = (target_rank.target_rank, stand_in.stand_in, gpu.identity, gpu.total)
 
 COMMON_AFTER = (
     nvidia_smi.ranks,

@@ -62,11 +62,14 @@ class ModelConfig(Fact):
 
 @attrs.frozen(kw_only=True)
 class Policy(Fact):
-    """A gate policy (capdiag.toml): per rule `enabled`, `severity` and `thresholds`, and the
-    default fail-on level."""
+    """A gate policy (capdiag.toml): per rule `enabled`, `severity` and `thresholds`, the
+    default fail-on level, whether a rule that could not judge fails, and the name of the
+    deployment its logs come from."""
 
     rules: dict[str, dict[str, Any]]
     fail_on: Optional[str] = None
+    fail_on_unknown: Optional[bool] = None
+    deployment: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)

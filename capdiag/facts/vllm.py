@@ -43,6 +43,15 @@ class VllmMaxModelLen(Fact):
 
 
 @attrs.frozen(kw_only=True)
+class VllmModelName(Fact):
+    """A model named outside the configuration records: `Starting to load model X...` (the
+    model runner of every backend, V0 and V1)."""
+
+    name: str
+    source: str
+
+
+@attrs.frozen(kw_only=True)
 class VllmModelLoading(Fact):
     """`Model loading took X GiB …` / `Loading model weights took X GB`: torch memory of the
     weights on this rank."""

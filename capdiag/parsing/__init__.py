@@ -34,7 +34,16 @@ def read_facts(lines: Iterable[Line], framework: Optional[str] = None) -> Iterat
             values = dict(parsed.values)
             role = values.pop("_role", None)
             extra = {"role": role, "role_stated": True} if role else {}
-            yield parsed.cls(evidence=F.Evidence(line.number, line.raw), rank=parsed.rank, **values, **extra)
+            yield parsed.cls(evidence=F.Evidence(line.number, line.raw, read_to=parsed.read_to), rank=parsed.rank, **values, **extra)
+
+
+def build_parsers() -> None:
+    """Build every log grammar's parser now (each is built once, on first use): a process
+    that forks workers does it first, so they inherit the parsers instead of each building
+    its own."""
+    from capdiag.parsing import literal, sglang, vllm
+
+    sglang._parser(), vllm._parser(), literal._parser()
 
 
 def framework_of(fact: F.Fact) -> Optional[str]:

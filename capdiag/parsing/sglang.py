@@ -11,11 +11,10 @@ from typing import Any, Optional
 
 import attrs
 from lark import Lark, Token, Transformer
-from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
-from capdiag.parsing.parsed import Parsed, cli_option
+from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.prose import read_oom_message
 from capdiag.resources import grammar_text
 
@@ -273,8 +272,8 @@ def _parser() -> Lark:
 
 def parse_sglang_line(text: str) -> Optional[Parsed]:
     """The fact a line states, or None when it is not a line kind the grammar knows."""
-    try:
-        tree = _parser().parse(text)
-    except LarkError:
+    read = parse_to_damage(_parser().parse, text)
+    if read is None:
         return None
-    return _Lines().transform(tree)
+    parsed = _Lines().transform(read[0])
+    return attrs.evolve(parsed, read_to=read[1]) if parsed is not None and read[1] is not None else parsed

@@ -7,12 +7,11 @@ from typing import Any, Optional
 
 import attrs
 from lark import Lark, Token, Transformer
-from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
 from capdiag.parsing.prose import name_numbers, read_oom_message, split_quantity
-from capdiag.parsing.parsed import Parsed, cli_option
+from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.resources import grammar_text
 from capdiag.source import open_brackets
 
@@ -261,6 +260,9 @@ class _Lines(Transformer):
     def cli_arg(self, items):
         return cli_option(items)
 
+    def model_name(self, items):
+        return (F.VllmModelName, {"name": str(items[1]), "source": f"`{items[0]}` line"})
+
     def launch_command(self, items):
         words = [str(i) for i in items[1:] if isinstance(i, Token)]
         args = dict(i for i in items[1:] if isinstance(i, tuple))
@@ -284,8 +286,7 @@ def _parser() -> Lark:
 
 def parse_vllm_line(text: str) -> list[Parsed]:
     """The facts a line states (0.28+ prints two on one line), or [] when it states none."""
-    try:
-        tree = _parser().parse(text)
-    except LarkError:
+    read = parse_to_damage(_parser().parse, text)
+    if read is None:
         return []
-    return _Lines().transform(tree) or []
+    return [attrs.evolve(p, read_to=read[1]) for p in _Lines().transform(read[0]) or []]
