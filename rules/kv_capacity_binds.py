@@ -1,11 +1,11 @@
-"""kv-capacity-binds (CD125)."""
+"""kv-capacity-binds (CD126)."""
 from __future__ import annotations
 
 from capdiag.engine import rule
 from capdiag.rules._common import finding, knob, runtime
 
 
-@rule("kv-capacity-binds", code="CD125", severity="warning", thresholds={"min_share_full": 0.05},
+@rule("kv-capacity-binds", code="CD126", severity="warning", thresholds={"min_share_full": 0.05},
       reads=("runtime",), concludes=("finding:kv-capacity-binds",))
 def kv_capacity_binds(kb, t):
     """What it checks: under real traffic the KV pool was at or above 90 % full while requests

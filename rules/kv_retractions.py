@@ -1,4 +1,4 @@
-"""kv-retractions (CD127)."""
+"""kv-retractions (CD128)."""
 from __future__ import annotations
 
 from capdiag import facts as F
@@ -8,7 +8,7 @@ from capdiag.rules._common import finding, gib, is_vllm, runtime, target
 GIB = 1 << 30
 
 
-@rule("kv-retractions", code="CD127", severity="warning",
+@rule("kv-retractions", code="CD128", severity="warning",
       reads=("runtime", "kv_pool:bytes_per_token?", "config:mem_fraction_static?", "breakdown:free?",
              F.LoadWeightBegin),
       concludes=("finding:kv-retractions",))

@@ -1,11 +1,11 @@
-"""request-limit-binds-traffic (CD126)."""
+"""request-limit-binds-traffic (CD127)."""
 from __future__ import annotations
 
 from capdiag.engine import rule
 from capdiag.rules._common import finding, is_vllm, runtime
 
 
-@rule("request-limit-binds-traffic", code="CD126", severity="warning", thresholds={"min_share_queued": 0.2},
+@rule("request-limit-binds-traffic", code="CD127", severity="warning", thresholds={"min_share_queued": 0.2},
       reads=("runtime",), concludes=("finding:request-limit-binds-traffic",))
 def request_limit_binds_traffic(kb, t):
     """What it checks: under real traffic requests waited while the running requests were at the
