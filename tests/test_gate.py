@@ -104,7 +104,7 @@ def test_policy_threshold_severity_and_disable(monkeypatch, capsys, tmp_path):
     code, out, _ = gate(monkeypatch, capsys, READY, "--policy", policy, "--fail-on", "error")
     assert code == 1 and "FAIL  [error] CD110 thin-headroom" in out
     policy = write(tmp_path, "off.toml", '[rules.out-of-memory]\nenabled = false\n[rules.startup-incomplete]\n'
-                                         'enabled = false\n[rules.thin-headroom]\nenabled = false\n')
+                                         'enabled = false\n[rules.thin-headroom]\nenabled = false\n[rules.startup-failed]\nenabled = false\n')
     code, out, _ = gate(monkeypatch, capsys, OOM, "--policy", policy)
     assert code == 0 and "CD102" not in out
 
@@ -127,7 +127,7 @@ def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch,
     jsonschema.validate(doc, sarif_schema())
     run = doc["runs"][0]
     rules = run["tool"]["driver"]["rules"]
-    assert len(rules) == 24 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
+    assert len(rules) == 25 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
     assert rules[1]["defaultConfiguration"]["level"] == "error" and "**What to do.**" in rules[1]["help"]["markdown"]
     oom = next(r for r in run["results"] if r["ruleId"] == "CD102")
     assert oom["level"] == "error"
@@ -227,14 +227,14 @@ def test_junit_parses_back_with_failure_skipped_and_error(monkeypatch, capsys, t
     suites = root.findall("testsuite")
     assert code == 2 and len(suites) == 2
     oom, missing = suites
-    assert oom.get("tests") == "24" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
+    assert oom.get("tests") == "25" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
     failure = oom.find("testcase[@classname='capdiag.CD102']/failure")
     assert failure.get("type") == "error" and "out of memory" in failure.text.lower() and "line " in failure.text
     skipped = oom.find("testcase[@classname='capdiag.CD106']/skipped")
     assert skipped.get("message") == ("insufficient evidence: needs the memory no log line explains (`other`) "
                                       "(needs the GPU's measured used memory: give --nvidia-smi-file)")
     assert oom.find("testcase[@classname='capdiag.CD105']/skipped").get("message") == "applies to vllm logs only"
-    assert missing.get("errors") == "24" and "no such file" in missing.find("testcase/error").get("message")
+    assert missing.get("errors") == "25" and "no such file" in missing.find("testcase/error").get("message")
 
 
 def test_github_commands_are_escaped_and_summary_appended(monkeypatch, capsys, tmp_path):
@@ -278,12 +278,12 @@ ANON_TP4 = fixture("anon_graph_crash_tp4.log")  # a crash in graph capture on fo
 
 
 def test_a_baseline_of_one_anonymous_log_does_not_accept_another(monkeypatch, capsys, tmp_path):
-    # both crash in CUDA graph capture (startup-incomplete, error) and state no model, TP, GPU, …
+    # both crash in CUDA graph capture (startup-failed, error) and state no model, TP, GPU, …
     baseline = str(tmp_path / "baseline.json")
     assert run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "-o", baseline)[0] == 0
     code, out, _ = gate(monkeypatch, capsys, ANON_TP4, "--baseline", baseline)
     assert code == 1 and out.startswith("capdiag gate: FAIL")
-    assert "FAIL  [error] CD101 startup-incomplete: Start-up crashed during CUDA graph capture" in out
+    assert "FAIL  [error] CD125 startup-failed: The installed build has no GPU kernels for this GPU's architecture" in out
     assert "accepted" not in out.split("Stale")[0] and "no deployment identity" in out
     # the same anonymous log, gated again under the same path, is still accepted
     code, out, _ = gate(monkeypatch, capsys, ANON_TP2, "--baseline", baseline)
@@ -353,7 +353,7 @@ def test_the_reported_collision_on_the_corpus_fails(monkeypatch, capsys, tmp_pat
     code, out, _ = gate(monkeypatch, capsys, crash, "--baseline", baseline, "--format", "json")
     doc = json.loads(out)
     assert code == 1 and doc["verdict"] == "fail" and doc["suppressed"] == 0
-    assert any(f["rule"] == "startup-incomplete" and f["failing"] for f in doc["logs"][0]["findings"])
+    assert any(f["rule"] == "startup-failed" and f["failing"] for f in doc["logs"][0]["findings"])
 
 
 # ---- rules that could not judge ---------------------------------------------------------------
@@ -418,7 +418,8 @@ def test_fail_on_unknown_fails_rules_at_the_threshold_that_could_not_judge(monke
     assert not any(n["failing"] for n in doc["logs"][0]["not_judged"]) and doc["fail_on_unknown"] is True
     policy = write(tmp_path, "capdiag.toml", 'fail-on = "error"\nfail-on-unknown = true\n'
                                              '[rules.thin-headroom]\nseverity = "error"\n'
-                                             '[rules.startup-incomplete]\nenabled = false\n')
+                                             '[rules.startup-incomplete]\nenabled = false\n'
+                                             '[rules.startup-failed]\nenabled = false\n')
     code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy)
     assert code == 1 and "FAIL  CD110 thin-headroom: could not judge (fail-on-unknown) — needs the memory free" in out
     assert "skipped  CD124 low-concurrency" in out
