@@ -19,7 +19,7 @@ from capdiag.launches import split_launches
 from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
-from capdiag.policy import SEVERITIES
+from capdiag.policy import SEVERITIES, load_policy
 from capdiag.rules.plan import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
 from capdiag.whatif import KEYS
@@ -202,6 +202,23 @@ def gate_command(logs, policy, deployment, inputs, fail_on, fmt, output, baselin
         except OSError as exc:
             raise InputError(f"GITHUB_STEP_SUMMARY {summary}: cannot be written ({exc.strerror})") from None
     sys.exit(result.exit_code(exit_zero))
+
+
+@main.command("check-policy", context_settings=CONTEXT)
+@click.argument("policies", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def check_policy(policies):
+    """Validate capdiag.toml policies (the pre-commit hook): exit 2 naming the first mistake of each."""
+    bad = 0
+    for path in policies:
+        try:
+            loaded = load_policy(path)
+        except InputError as exc:
+            click.echo(f"capdiag: error: {exc}", err=True)
+            bad += 1
+            continue
+        click.echo(f"{path}: ok ({len(loaded.rules)} rule setting(s), fail-on {loaded.fail_on or DEFAULT_FAIL_ON})")
+    if bad:
+        sys.exit(2)
 
 
 @main.command("baseline", context_settings=CONTEXT)
