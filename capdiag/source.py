@@ -39,7 +39,7 @@ KEYWORDS = (
     "Post-capture KV sizing", "KV cache dtype", "sliding window memory pool",
     "out of memory", "Not enough memory", "leave no GPU memory", "ready to roll",
     "hit an exception", "HF snapshot", "Tokenizer for", "DeepGEMM", "Required memory for warmup",
-    "device_name=", "-m sglang", "sglang serve", "SGLANG_CACHE_DIR",
+    "device_name=", "available memory for KV cache", "-m sglang", "sglang serve", "SGLANG_CACHE_DIR",
     # vLLM
     "version", "with config:", "non-default args", "args: Namespace", "max model len", "Model loading took",
     "Loading model weights took", "vLLM instance can use", "model weights take", "total_gpu_memory",
