@@ -8,7 +8,7 @@ test suite.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import attrs
 
@@ -216,7 +216,7 @@ def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Opt
     policy's, else warning) that the baseline does not accept, and with `fail_on_unknown` (or
     the policy's) on a rule at that level that could not judge. `deployment` names the
     deployment (part of every fingerprint; beats the policy's). `inputs` as for explain()."""
-    from capdiag import gate as gating
+    from capdiag import gating
     from capdiag.policy import SEVERITIES, load_policy
 
     if fail_on is not None and fail_on not in SEVERITIES:
@@ -228,6 +228,25 @@ def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Opt
                                  deployment=deployment or (loaded.deployment if loaded else None),
                                  fail_on_unknown=fail_on_unknown or bool(loaded and loaded.fail_on_unknown),
                                  **analyse_options(**inputs)))
+
+
+@attrs.frozen
+class Outcome:
+    """One of many logs: its report, or the one-line error that stopped it (never both)."""
+
+    path: str
+    report: Optional[Report]
+    error: Optional[str]
+
+
+def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: Any) -> Iterator[Outcome]:
+    """explain() over many logs (paths; a directory stands for its *.log and *.log.gz files),
+    in `jobs` worker processes (default: one per core), yielded in input order. A log that
+    cannot be read is an Outcome with its error; the others go on."""
+    from capdiag.batch import explain_many as run_many
+
+    for item in run_many(logs, jobs=jobs, **inputs):
+        yield Outcome(item.path, None if item.report is None else Report(item.report), item.error)
 
 
 class Diff(_Document):

@@ -11,15 +11,15 @@ from typing import Optional
 import attrs
 import click
 
-from capdiag import __version__, api, ruledocs, terminal
+from capdiag import __version__, api, batch, ruledocs, terminal
 from capdiag.analysis import analyse, read_log
 from capdiag.api import DEFAULT_FAIL_ON
 from capdiag.errors import InputError
 from capdiag.launches import split_launches
-from capdiag.render import FORMATS, render_plan
-from capdiag.gate import baseline_document
+from capdiag.render import FORMATS, MANY_FORMATS, render_many, render_plan
+from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
-from capdiag.policy import SEVERITIES
+from capdiag.policy import SEVERITIES, load_policy
 from capdiag import facts as F
 from capdiag.planning import compare_with_log, parse_params, parse_workload, plan, request_from_log
 from capdiag.rules.plan import BYTES_PER_WEIGHT
@@ -120,8 +120,10 @@ def _stdin_or_refuse(logs: tuple[str, ...]) -> tuple[str, ...]:
 # ---- explain -------------------------------------------------------------------------------
 
 @main.command(context_settings=CONTEXT)
-@click.argument("logs", nargs=-1, metavar="[LOG]")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.argument("logs", nargs=-1, metavar="[LOG|DIR]...")
+@click.option("--format", "fmt", type=click.Choice(FORMATS + MANY_FORMATS), default="text", show_default=True,
+              help="One report; or, for many logs, one row (table, csv) or report (jsonl) per log; text is the table "
+                   "for many.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @log_inputs
 @click.option("--trace", "trace", multiple=True, is_flag=False, flag_value="", metavar="[RULE,…]",
@@ -130,17 +132,35 @@ def _stdin_or_refuse(logs: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--color", type=click.Choice(COLOR_CHOICES), default="auto", show_default=True,
               help="Colour the text report's bars and severities (auto: a terminal, and NO_COLOR unset).")
 @click.option("--no-color", is_flag=True, help="The same as --color never.")
-def explain(logs, fmt, output, inputs, trace, color, no_color):
-    """Explain where each GPU's memory went in LOG (a path, - or a pipe for stdin, or a .gz file)."""
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes for many logs (default: one per core).")
+def explain(logs, fmt, output, inputs, trace, color, no_color, jobs):
+    """Explain where each GPU's memory went in LOG (a path, - or a pipe for stdin, or a .gz file);
+    with several logs or a directory (its *.log and *.log.gz), one row or report per log."""
     logs = _stdin_or_refuse(logs)
-    if len(logs) > 1:
-        raise InputError("explain reads one log")
+    if fmt in MANY_FORMATS or len(logs) > 1 or os.path.isdir(logs[0]):
+        _explain_many(logs, fmt, output, inputs, trace, jobs)
+        return
     report = api.explain(logs[0], **inputs)
     if trace:
         wanted = tuple(name.strip() for item in trace for name in item.split(",") if name.strip())
         _echo_err(report.trace(wanted, width=terminal.width(sys.stderr)))
     colored = fmt == "text" and not output and terminal.use_color("never" if no_color else color)
     _write(report.render(fmt, color=colored, width=terminal.width() if not output else None), output, colored)
+
+
+def _explain_many(logs, fmt, output, inputs, trace, jobs):
+    """Many logs: their table, CSV or JSON lines in input order; exit 2 when one could not be read."""
+    if trace:
+        raise InputError("--trace follows one log; give just that one")
+    if fmt not in MANY_FORMATS + ("text",):
+        raise InputError(f"--format {fmt} is one report; for many logs use {', '.join(MANY_FORMATS)}")
+    items = list(batch.explain_many(logs, jobs=jobs, **inputs))
+    _write(render_many(items, "table" if fmt == "text" else fmt), output)
+    for item in items:
+        if item.error:
+            click.echo(f"capdiag: error: {item.error}", err=True)
+    if any(item.error for item in items):
+        sys.exit(2)
 
 
 def _echo_err(text: str) -> None:
@@ -184,6 +204,23 @@ def gate_command(logs, policy, deployment, inputs, fail_on, fmt, output, baselin
         except OSError as exc:
             raise InputError(f"GITHUB_STEP_SUMMARY {summary}: cannot be written ({exc.strerror})") from None
     sys.exit(result.exit_code(exit_zero))
+
+
+@main.command("check-policy", context_settings=CONTEXT)
+@click.argument("policies", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def check_policy(policies):
+    """Validate capdiag.toml policies (the pre-commit hook): exit 2 naming the first mistake of each."""
+    bad = 0
+    for path in policies:
+        try:
+            loaded = load_policy(path)
+        except InputError as exc:
+            click.echo(f"capdiag: error: {exc}", err=True)
+            bad += 1
+            continue
+        click.echo(f"{path}: ok ({len(loaded.rules)} rule setting(s), fail-on {loaded.fail_on or DEFAULT_FAIL_ON})")
+    if bad:
+        sys.exit(2)
 
 
 @main.command("baseline", context_settings=CONTEXT)

@@ -2,6 +2,8 @@
 chooses the template and supplies formatting filters, and the pictures' numbers (capdiag.bars)."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 from functools import lru_cache
 from typing import Any
@@ -12,6 +14,7 @@ from capdiag import bars
 from capdiag.terminal import DEFAULT_WIDTH, for_terminal, wrap
 
 FORMATS = ("text", "markdown", "json", "html")
+MANY_FORMATS = ("table", "jsonl", "csv")  # one row or line per log: for many logs (text means table there)
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -76,3 +79,27 @@ def render_diff(report: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template("diff.md.j2" if fmt == "markdown" else "diff.txt.j2").render(d=report)
+
+
+def render_many(items, fmt: str) -> str:
+    """Many logs' outcomes (batch.Item, in order): `jsonl` one report per line (an error as
+    {"schema": "capdiag.error/1", "path", "error"}), `csv` the summary rows, `table` for a
+    terminal (summary.txt.j2)."""
+    from capdiag.batch import SUMMARY_COLUMNS, TABLE_HEADINGS, summary_row, table_cells
+
+    if fmt == "jsonl":
+        return "".join(json.dumps(i.report if i.report is not None else
+                                  {"schema": "capdiag.error/1", "path": i.path, "error": i.error},
+                                  ensure_ascii=False) + "\n" for i in items)
+    rows = [summary_row(i) for i in items]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, SUMMARY_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
+    cells = [table_cells(row) for row in rows]
+    widths = {key: max([len(heading)] + [len(c[key]) for c in cells]) for key, heading in TABLE_HEADINGS.items()}
+    table = _env().get_template("summary.txt.j2").render(headings=TABLE_HEADINGS, rows=cells, widths=widths,
+                                                         upper_bound=any(r["concurrency_upper_bound"] for r in rows))
+    return "\n".join(line.rstrip() for line in table.split("\n"))

@@ -49,6 +49,9 @@ KEYWORDS = (
     "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len", "serve at least one request",
     "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
     "vllm serve", "-m vllm.", "attention block size", "vllm-openai", "docker run", "Starting to load model",
+    # tracebacks and dying processes (both): every exception class name holds one of these
+    "Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt", "Failure",
+    "Timeout", "Killed", "sigquit", "Value error,",
 )
 # Matched without regard to (ASCII) case by one Aho-Corasick pass over lowered bytes: first of
 # a whole block of raw lines, then of each cleaned piece of the few lines that pass let through.

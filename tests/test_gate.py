@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from capdiag.errors import InputError
-from capdiag.gate import fingerprint, identity, read_baseline
+from capdiag.gating import fingerprint, identity, read_baseline
 from capdiag.policy import load_policy
 from helpers import SHARED, TESTS, fixture, needs_shared, run_entry
 
@@ -104,7 +104,7 @@ def test_policy_threshold_severity_and_disable(monkeypatch, capsys, tmp_path):
     code, out, _ = gate(monkeypatch, capsys, READY, "--policy", policy, "--fail-on", "error")
     assert code == 1 and "FAIL  [error] CD110 thin-headroom" in out
     policy = write(tmp_path, "off.toml", '[rules.out-of-memory]\nenabled = false\n[rules.startup-incomplete]\n'
-                                         'enabled = false\n[rules.thin-headroom]\nenabled = false\n')
+                                         'enabled = false\n[rules.thin-headroom]\nenabled = false\n[rules.startup-failed]\nenabled = false\n')
     code, out, _ = gate(monkeypatch, capsys, OOM, "--policy", policy)
     assert code == 0 and "CD102" not in out
 
@@ -127,7 +127,7 @@ def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch,
     jsonschema.validate(doc, sarif_schema())
     run = doc["runs"][0]
     rules = run["tool"]["driver"]["rules"]
-    assert len(rules) == 24 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
+    assert len(rules) == 25 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
     assert rules[1]["defaultConfiguration"]["level"] == "error" and "**What to do.**" in rules[1]["help"]["markdown"]
     oom = next(r for r in run["results"] if r["ruleId"] == "CD102")
     assert oom["level"] == "error"
@@ -227,14 +227,14 @@ def test_junit_parses_back_with_failure_skipped_and_error(monkeypatch, capsys, t
     suites = root.findall("testsuite")
     assert code == 2 and len(suites) == 2
     oom, missing = suites
-    assert oom.get("tests") == "24" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
+    assert oom.get("tests") == "25" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
     failure = oom.find("testcase[@classname='capdiag.CD102']/failure")
     assert failure.get("type") == "error" and "out of memory" in failure.text.lower() and "line " in failure.text
     skipped = oom.find("testcase[@classname='capdiag.CD106']/skipped")
     assert skipped.get("message") == ("insufficient evidence: needs the memory no log line explains (`other`) "
                                       "(needs the GPU's measured used memory: give --nvidia-smi-file)")
     assert oom.find("testcase[@classname='capdiag.CD105']/skipped").get("message") == "applies to vllm logs only"
-    assert missing.get("errors") == "24" and "no such file" in missing.find("testcase/error").get("message")
+    assert missing.get("errors") == "25" and "no such file" in missing.find("testcase/error").get("message")
 
 
 def test_github_commands_are_escaped_and_summary_appended(monkeypatch, capsys, tmp_path):
@@ -278,12 +278,12 @@ ANON_TP4 = fixture("anon_graph_crash_tp4.log")  # a crash in graph capture on fo
 
 
 def test_a_baseline_of_one_anonymous_log_does_not_accept_another(monkeypatch, capsys, tmp_path):
-    # both crash in CUDA graph capture (startup-incomplete, error) and state no model, TP, GPU, …
+    # both crash in CUDA graph capture (startup-failed, error) and state no model, TP, GPU, …
     baseline = str(tmp_path / "baseline.json")
     assert run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "-o", baseline)[0] == 0
     code, out, _ = gate(monkeypatch, capsys, ANON_TP4, "--baseline", baseline)
     assert code == 1 and out.startswith("capdiag gate: FAIL")
-    assert "FAIL  [error] CD101 startup-incomplete: Start-up crashed during CUDA graph capture" in out
+    assert "FAIL  [error] CD125 startup-failed: The installed build has no GPU kernels for this GPU's architecture" in out
     assert "accepted" not in out.split("Stale")[0] and "no deployment identity" in out
     # the same anonymous log, gated again under the same path, is still accepted
     code, out, _ = gate(monkeypatch, capsys, ANON_TP2, "--baseline", baseline)
@@ -353,7 +353,7 @@ def test_the_reported_collision_on_the_corpus_fails(monkeypatch, capsys, tmp_pat
     code, out, _ = gate(monkeypatch, capsys, crash, "--baseline", baseline, "--format", "json")
     doc = json.loads(out)
     assert code == 1 and doc["verdict"] == "fail" and doc["suppressed"] == 0
-    assert any(f["rule"] == "startup-incomplete" and f["failing"] for f in doc["logs"][0]["findings"])
+    assert any(f["rule"] == "startup-failed" and f["failing"] for f in doc["logs"][0]["findings"])
 
 
 # ---- rules that could not judge ---------------------------------------------------------------
@@ -418,7 +418,8 @@ def test_fail_on_unknown_fails_rules_at_the_threshold_that_could_not_judge(monke
     assert not any(n["failing"] for n in doc["logs"][0]["not_judged"]) and doc["fail_on_unknown"] is True
     policy = write(tmp_path, "capdiag.toml", 'fail-on = "error"\nfail-on-unknown = true\n'
                                              '[rules.thin-headroom]\nseverity = "error"\n'
-                                             '[rules.startup-incomplete]\nenabled = false\n')
+                                             '[rules.startup-incomplete]\nenabled = false\n'
+                                             '[rules.startup-failed]\nenabled = false\n')
     code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy)
     assert code == 1 and "FAIL  CD110 thin-headroom: could not judge (fail-on-unknown) — needs the memory free" in out
     assert "skipped  CD124 low-concurrency" in out
@@ -439,3 +440,50 @@ def test_fail_on_unknown_fails_rules_at_the_threshold_that_could_not_judge(monke
 def test_policy_fail_on_unknown_must_be_a_boolean(tmp_path):
     with pytest.raises(InputError, match=r":1: fail-on-unknown must be true or false"):
         load_policy(write(tmp_path, "capdiag.toml", 'fail-on-unknown = "yes"\n'))
+
+
+# ---- GitLab code quality and the pre-commit policy check ------------------------------------
+
+def test_gitlab_code_quality_report(monkeypatch, capsys, tmp_path):
+    baseline = str(tmp_path / "baseline.json")
+    run_entry(monkeypatch, capsys, "baseline", OOM, "-o", baseline)
+    code, out, _ = gate(monkeypatch, capsys, OOM, WEIGHTS_ONLY, str(tmp_path / "missing.log"), "--format", "gitlab",
+                        "--repo-root", str(TESTS.parent), "--baseline", baseline)
+    issues = json.loads(out)
+    assert code == 2 and isinstance(issues, list)
+    for issue in issues:  # the keys GitLab requires, with its severities
+        assert {"description", "check_name", "fingerprint", "severity", "location"} <= set(issue)
+        assert issue["severity"] in ("info", "minor", "major", "critical", "blocker")
+        assert isinstance(issue["location"]["lines"]["begin"], int) and issue["location"]["lines"]["begin"] >= 1
+    assert len({i["fingerprint"] for i in issues}) == len(issues)
+    crash = next(i for i in issues if i["check_name"] == "CD125 startup-failed")
+    assert crash["severity"] == "critical" and crash["location"]["path"] == "tests/fixtures/weights_then_crash_tp2.log"
+    assert Path(WEIGHTS_ONLY).read_text(encoding="utf-8").splitlines()[crash["location"]["lines"]["begin"] - 1] \
+        .startswith("RuntimeError: NCCL error in:")  # the root cause line
+    skipped = next(i for i in issues if i["check_name"] == "CD110 thin-headroom (not judged)")
+    assert skipped["severity"] == "info" and "could not judge" in skipped["description"]
+    assert next(i for i in issues if i["check_name"] == "CD001 input-error")["severity"] == "blocker"
+    # the baseline accepts the OOM log's findings: none of them is an issue
+    assert not [i for i in issues if i["location"]["path"].endswith("oom_capture.log")
+                and "(not judged)" not in i["check_name"]]
+
+
+def test_check_policy_validates_each_file(monkeypatch, capsys, tmp_path):
+    good = str(EXAMPLE_POLICY)
+    bad = write(tmp_path, "capdiag.toml", 'fail-on = "warning"\n[rules.thin-headroom]\nmin_free = 1\n')
+    code, out, err = run_entry(monkeypatch, capsys, "check-policy", good)
+    assert code == 0 and out == f"{good}: ok (6 rule setting(s), fail-on warning)\n"
+    code, out, err = run_entry(monkeypatch, capsys, "check-policy", bad, good)
+    assert code == 2 and out.startswith(good) and err == f"capdiag: error: {bad}:3: unknown key 'min_free' for rule " \
+        "thin-headroom (known: enabled, severity, min_free_gib)\n"
+
+
+def test_pre_commit_hook_runs_check_policy_on_policy_files():
+    hooks = (TESTS.parent / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    assert "- id: capdiag-policy" in hooks and "entry: capdiag check-policy" in hooks and "language: python" in hooks
+    import re
+    files = re.search(r"files: (.+)", hooks).group(1)
+    for name in ("capdiag.toml", ".github/capdiag.toml", "ci/capdiag-prod.toml", ".capdiag.toml"):
+        assert re.search(files, name), name
+    for name in ("pyproject.toml", "capdiag.toml.bak", "docs/other.toml"):
+        assert not re.search(files, name), name

@@ -195,16 +195,19 @@ class _Lines(Transformer):
                                           "suggested": quoted[2] if len(quoted) > 2 else None})
 
     def free_on_device(self, items):
-        """Both wordings open with free/total and the utilization with its GiB; the usage items
-        that follow (success report) are named by the words after each figure."""
+        """Free and total are read from their own fields; the utilization and its GiB are the
+        first two numbers of the sentence after them (both wordings), the usage items that
+        follow (success report) are named by the words after each figure."""
+        device = next((str(i) for i in items if isinstance(i, Token) and i.type == "DEVICE_ID"), None)
+        free, total = (float(i) for i in items if isinstance(i, Token) and i.type == "NUMBER")
         tokens = items[-1]
         numbers = [t for t in tokens if t.type == "PNUM"]
-        values: dict[str, Any] = dict(zip(("free_gib", "total_gib", "utilization", "requested_gib"),
-                                          (split_quantity(str(t))[0] for t in numbers[:4])))
-        rest = tokens[tokens.index(numbers[3]) + 1:] if len(numbers) > 4 else []
+        values: dict[str, Any] = {"free_gib": free, "total_gib": total, "device": device}
+        values.update(zip(("utilization", "requested_gib"), (split_quantity(str(t))[0] for t in numbers[:2])))
+        rest = tokens[tokens.index(numbers[1]) + 1:] if len(numbers) > 2 else []
         values.update(name_numbers(rest, "PNUM", (), _USAGE_AFTER, _USAGE_UNITS))
         text = "".join(str(t) for t in tokens).lower()
-        if "in use is" in text and len(numbers) > 4:
+        if "in use is" in text and len(numbers) > 2:
             number, unit = split_quantity(str(numbers[-1]))
             values["kv_in_use_gib"] = round(number / (1 << 30), 2) if unit == "bytes" else number
         values["error"] = "less than desired" in text
