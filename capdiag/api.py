@@ -149,12 +149,12 @@ def _what_if(what_if: WhatIfInput) -> Optional[F.WhatIf]:
 
 def analyse_options(*, gpu=None, gpu_total_gib=None, nvidia_smi=None, config_json=None, framework=None,
                     target_rank=None, launch=None, token_lengths=DEFAULT_LENGTHS, what_if: WhatIfInput = None,
-                    until_ready=None) -> dict[str, Any]:
+                    until_ready=None, runtime=True) -> dict[str, Any]:
     """The API's keyword arguments as analysis.analyse() takes them."""
     return {"launch": launch, "target_rank": None if target_rank is None else str(target_rank),
             "token_lengths": tuple(token_lengths), "gpu": gpu, "gpu_total_gib": gpu_total_gib,
             "framework": framework, "nvidia_smi": nvidia_smi, "config_json": config_json,
-            "what_if": _what_if(what_if), "until_ready": until_ready}
+            "what_if": _what_if(what_if), "until_ready": until_ready, "runtime": runtime}
 
 
 def _analysis(log: LogInput, **inputs: Any) -> Analysis:
@@ -165,18 +165,41 @@ def explain(log: LogInput, *, gpu: Optional[str] = None, gpu_total_gib: Optional
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None, framework: Optional[str] = None,
             target_rank: Union[str, int, None] = None, launch: Optional[int] = None,
             token_lengths: Sequence[int] = DEFAULT_LENGTHS, what_if: WhatIfInput = None,
-            until_ready: Optional[bool] = None) -> Report:
+            until_ready: Optional[bool] = None, runtime: bool = True) -> Report:
     """Explain where each GPU's memory went in one start-up log.
 
     `log` is a path (`-` for stdin, `.gz` read as such), the log's text (a str holding a
     newline), bytes, a file object (text or binary) or an iterable of lines. `nvidia_smi` and
-    `config_json` are paths; `what_if` is `{"mem_fraction_static": 0.88}` or `["KEY=VALUE"]`.
+    `config_json` are paths; `what_if` is `{"mem_fraction_static": 0.88}` or `["KEY=VALUE"]`;
+    `runtime=False` skips the request-time traffic lines (the report's `runtime` is then None).
     """
     from capdiag.report import build
 
     a = _analysis(log, gpu=gpu, gpu_total_gib=gpu_total_gib, nvidia_smi=nvidia_smi, config_json=config_json,
                   framework=framework, target_rank=target_rank, launch=launch, token_lengths=token_lengths,
-                  what_if=what_if, until_ready=until_ready)
+                  what_if=what_if, until_ready=until_ready, runtime=runtime)
+    return Report(build(a), a)
+
+
+def is_url(log: Any) -> bool:
+    return isinstance(log, str) and log.startswith(("http://", "https://"))
+
+
+def probe(url: Optional[str] = None, *, metrics_files: Sequence[str] = (), headers: Sequence[str] = (),
+          token_env: Optional[str] = None, timeout: float = 10.0, verify: Union[bool, str] = True,
+          framework: Optional[str] = None, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
+          token_lengths: Sequence[int] = DEFAULT_LENGTHS, target_rank: Union[str, int, None] = None,
+          what_if: WhatIfInput = None, **_log_only: Any) -> Report:
+    """The report of a running server, from its own endpoints (`url`), or of saved scrapes of its
+    `/metrics` (`metrics_files`, oldest first). Options that only a log has (`launch`,
+    `nvidia_smi`, …) are ignored."""
+    from capdiag.probe import analyse_probe
+    from capdiag.report import build
+
+    a = analyse_probe(url, tuple(metrics_files), framework=framework, headers=tuple(headers), token_env=token_env,
+                      timeout=timeout, verify=verify, gpu=gpu, gpu_total_gib=gpu_total_gib,
+                      token_lengths=tuple(token_lengths), target_rank=None if target_rank is None else str(target_rank),
+                      what_if=_what_if(what_if))
     return Report(build(a), a)
 
 
@@ -247,6 +270,78 @@ def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: A
 
     for item in run_many(logs, jobs=jobs, **inputs):
         yield Outcome(item.path, None if item.report is None else Report(item.report), item.error)
+
+
+class Plan(_Document):
+    """The pre-deploy worksheet: buckets per GPU, the verdict, the smallest TP that fits, the
+    most concurrent requests, and when it does not fit, the nearest deployments that do."""
+
+    @property
+    def verdict(self) -> Optional[str]:
+        return self._data["verdict"]
+
+    def render(self, fmt: str = "text") -> str:
+        from capdiag.render import render_plan
+
+        return render_plan(self._data, _check_format(fmt))
+
+
+def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, params: Union[str, float, None] = None,
+         layers: Optional[int] = None, kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
+         hidden: Optional[int] = None, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
+         contexts: Optional[Sequence[int]] = None, concurrency: Optional[int] = None,
+         workloads: Sequence[Union[str, tuple[int, int]]] = (), gpu: Optional[str] = None,
+         gpu_total_gib: Optional[float] = None, gpus: Optional[int] = None, tp: Optional[int] = None,
+         framework: Optional[str] = None, fraction: Optional[float] = None, headroom: float = 0.15,
+         training: Optional[str] = None, from_log: Optional[LogInput] = None) -> Plan:
+    """Size a deployment before it exists (`capdiag plan`).
+
+    The model's shape comes from one of `config_json` (a path), `model` (a Hugging Face id,
+    ORG/NAME: its config.json and, for the exact weight bytes, its safetensors index, through
+    huggingface_hub's cache, HF_TOKEN and HF_HUB_OFFLINE), or `layers`/`kv_heads`/`head_dim`
+    (`hidden` for the activation estimate) with `params` ("70B", "7e10" or a number).
+    `workloads` are "8192x16" or (8192, 16); `from_log` fills TP, dtypes, framework and
+    fraction from a start-up (what is given here wins) and compares the prediction with it.
+    """
+    from capdiag import planning
+
+    shapes = [name for name, given in (("--config-json", config_json), ("--model", model),
+                                       ("--layers/--kv-heads/--head-dim", layers or kv_heads or head_dim)) if given]
+    if len(shapes) > 1:
+        raise InputError(f"give the model's shape once: {' or '.join(shapes)}")
+    shape = planning.shape_config(layers, kv_heads, head_dim, hidden)
+    stored = None
+    if model is not None:
+        from capdiag.hub import model_files
+
+        shape, stored = model_files(model)
+    count = planning.parse_params(params) if isinstance(params, str) else params
+    if count is None and shape is None and config_json is None:
+        raise InputError("give --params, --config-json or --model")
+    mixes = tuple(planning.parse_workload(w) if isinstance(w, str) else tuple(w) for w in workloads)
+    if concurrency:
+        if not contexts:
+            raise InputError("--concurrency needs --context")
+        mixes += ((contexts[0], concurrency),)
+    analysis = logged = None
+    if from_log is not None:
+        analysis = analyse(from_log, gpu=gpu, gpu_total_gib=gpu_total_gib, config_json=config_json)
+        logged = planning.request_from_log(analysis, count)
+
+    def pick(given, key, default):
+        return given if given is not None else getattr(logged, key) if logged is not None else default
+
+    request = F.PlanRequest(
+        evidence=F.Evidence(F.INPUT_LINE, "capdiag plan" if logged is None else logged.evidence.text, 0, "input"),
+        params=count, weight_dtype=pick(weight_dtype, "weight_dtype", "bf16"), kv_dtype=pick(kv_dtype, "kv_dtype", "bf16"),
+        workloads=mixes, contexts=tuple(contexts or ()), gpus=pick(gpus, "gpus", None), tp=pick(tp, "tp", None),
+        framework=pick(framework, "framework", "sglang"), fraction=pick(fraction, "fraction", None), headroom=headroom,
+        training=training, weights_as_stored=stored is not None and weight_dtype is None)
+    report = planning.plan(request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, model=shape,
+                           weights=stored)
+    if analysis is not None:
+        report["from_log"] = {"path": analysis.path, "comparison": planning.compare_with_log(report, analysis)}
+    return Plan(report)
 
 
 class Diff(_Document):

@@ -12,16 +12,14 @@ import attrs
 import click
 
 from capdiag import __version__, api, batch, ruledocs, terminal
-from capdiag.analysis import analyse, read_log
+from capdiag.analysis import read_log
 from capdiag.api import DEFAULT_FAIL_ON
 from capdiag.errors import InputError
 from capdiag.launches import split_launches
-from capdiag.render import FORMATS, MANY_FORMATS, render_many, render_plan
+from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
-from capdiag import facts as F
-from capdiag.planning import compare_with_log, parse_params, parse_workload, plan, request_from_log
 from capdiag.rules.plan import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
 from capdiag.whatif import KEYS
@@ -86,6 +84,8 @@ INPUT_OPTIONS = (
                       "or the table."),
     click.option("--config-json", type=click.Path(dir_okay=False),
                  help="The model's config.json (theoretical KV bytes per token, expected weights)."),
+    click.option("--no-runtime", is_flag=True,
+                 help="Skip the run-time section: do not read the request-time traffic lines (faster on long logs)."),
     click.option("--until-ready/--to-end", "until_ready", default=None,
                  help="Report as soon as the start-up is ready or failed and the stream pauses, without waiting "
                       "for it to close (default for a pipe), or read to the end."),
@@ -97,10 +97,10 @@ def log_inputs(func):
     keyword arguments)."""
     @functools.wraps(func)
     def command(*args, target_rank, launch, what_if, token_lengths, gpu, gpu_total_gib, framework, nvidia_smi_file,
-                config_json, until_ready, **kwargs):
+                config_json, no_runtime, until_ready, **kwargs):
         inputs = {"target_rank": target_rank, "launch": launch, "what_if": what_if, "token_lengths": token_lengths,
                   "gpu": gpu, "gpu_total_gib": gpu_total_gib, "framework": framework, "nvidia_smi": nvidia_smi_file,
-                  "config_json": config_json, "until_ready": until_ready}
+                  "config_json": config_json, "until_ready": until_ready, "runtime": not no_runtime}
         return func(*args, inputs=inputs, **kwargs)
 
     for option in reversed(INPUT_OPTIONS):
@@ -134,13 +134,14 @@ def _stdin_or_refuse(logs: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--no-color", is_flag=True, help="The same as --color never.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes for many logs (default: one per core).")
 def explain(logs, fmt, output, inputs, trace, color, no_color, jobs):
-    """Explain where each GPU's memory went in LOG (a path, - or a pipe for stdin, or a .gz file);
-    with several logs or a directory (its *.log and *.log.gz), one row or report per log."""
+    """Explain where each GPU's memory went in LOG (a path, - or a pipe for stdin, a .gz file, or a
+    running server's URL: see `probe`); with several logs or a directory (its *.log and *.log.gz),
+    one row or report per log."""
     logs = _stdin_or_refuse(logs)
     if fmt in MANY_FORMATS or len(logs) > 1 or os.path.isdir(logs[0]):
         _explain_many(logs, fmt, output, inputs, trace, jobs)
         return
-    report = api.explain(logs[0], **inputs)
+    report = api.probe(logs[0], **inputs) if api.is_url(logs[0]) else api.explain(logs[0], **inputs)
     if trace:
         wanted = tuple(name.strip() for item in trace for name in item.split(",") if name.strip())
         _echo_err(report.trace(wanted, width=terminal.width(sys.stderr)))
@@ -165,6 +166,31 @@ def _explain_many(logs, fmt, output, inputs, trace, jobs):
 
 def _echo_err(text: str) -> None:
     click.echo(text, err=True, nl=False)
+
+
+# ---- probe ---------------------------------------------------------------------------------
+
+@main.command("probe", context_settings=CONTEXT)
+@click.argument("url", required=False)
+@click.option("--metrics-file", "metrics_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A saved scrape of /metrics instead of a URL (repeat, oldest first, for a series).")
+@click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'", help="An extra HTTP header (repeatable).")
+@click.option("--token-env", metavar="VAR", help="Send `Authorization: Bearer $VAR` (the token stays out of the command line).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, help="Seconds per request.")
+@click.option("--insecure", is_flag=True, help="Do not verify the server's TLS certificate.")
+@click.option("--ca-cert", type=click.Path(dir_okay=False, exists=True), help="Verify TLS against this CA bundle.")
+@click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection: the server is this framework.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
+@click.option("--gpu", help="GPU alias from references/gpu-specs.json.")
+@click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
+@click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True)
+def probe_command(url, metrics_files, headers, token_env, timeout, insecure, ca_cert, fmt, output, **inputs):
+    """Explain a running server from its own endpoints (SGLang /server_info, /v1/loads; vLLM /metrics,
+    /v1/models, /version), or from saved scrapes of its /metrics."""
+    report = api.probe(url, metrics_files=metrics_files, headers=headers, token_env=token_env, timeout=timeout,
+                       verify=False if insecure else (ca_cert or True), **inputs)
+    _write(report.render(fmt), output)
 
 
 # ---- gate and baseline -----------------------------------------------------------------------
@@ -239,9 +265,16 @@ def baseline_command(logs, policy, deployment, inputs, output):
 
 @main.command("plan", context_settings=CONTEXT)
 @click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (shape, parameters).")
-@click.option("--params", help="Parameter count, e.g. 70B (instead of counting from config.json).")
-@click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)), default="bf16", show_default=True)
-@click.option("--kv-dtype", default="bf16", show_default=True, help="KV cache dtype: bf16, fp16, fp8.")
+@click.option("--model", metavar="ORG/NAME", help="A Hugging Face model id: its config.json (and exact weight bytes) "
+              "through huggingface_hub (its cache, HF_TOKEN, HF_HUB_OFFLINE).")
+@click.option("--params", help="Parameter count: 70B, 7.5B or 7e10 (instead of counting from config.json).")
+@click.option("--layers", type=click.IntRange(min=1), help="Without a config.json: layers holding KV.")
+@click.option("--kv-heads", type=click.IntRange(min=1), help="Without a config.json: KV heads.")
+@click.option("--head-dim", type=click.IntRange(min=1), help="Without a config.json: the head dimension.")
+@click.option("--hidden", type=click.IntRange(min=1), help="Without a config.json: hidden size (activation estimate).")
+@click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)),
+              help="Weight dtype (default: as --from-log states, else the checkpoint's with --model, else bf16).")
+@click.option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: as --from-log states, else bf16).")
 @click.option("--context", "contexts", type=Lengths(), help="Context lengths for the concurrency table, e.g. 8192,32768.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Requests at --context (the first one) to size KV for.")
 @click.option("--workload", "workloads", multiple=True, help="A mix CONTEXTxCOUNT, e.g. 8192x16 (repeatable).")
@@ -249,7 +282,7 @@ def baseline_command(logs, policy, deployment, inputs, output):
 @click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs available (the largest TP tried).")
 @click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel size to plan for (default --gpus or 1).")
-@click.option("--framework", type=click.Choice(("sglang", "vllm")), default="sglang", show_default=True)
+@click.option("--framework", type=click.Choice(("sglang", "vllm")), help="sglang (default) or vllm.")
 @click.option("--fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="mem_fraction_static / gpu_memory_utilization (default 0.9).")
 @click.option("--headroom", type=click.FloatRange(0, 0.9), default=0.15, show_default=True,
@@ -258,29 +291,9 @@ def baseline_command(logs, policy, deployment, inputs, output):
 @click.option("--from-log", type=click.Path(dir_okay=False), help="Fill the worksheet from a start-up log and compare.")
 @click.option("--format", "fmt", type=click.Choice(("text", "markdown", "json")), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False))
-def plan_command(config_json, params, weight_dtype, kv_dtype, contexts, concurrency, workloads, gpu, gpu_total_gib, gpus,
-                 tp, framework, fraction, headroom, training, from_log, fmt, output):
+def plan_command(fmt, output, **options):
     """The pre-deploy worksheet: will the model fit, at which TP, with how many requests."""
-    analysis = None
-    if from_log:
-        analysis = analyse(from_log, gpu=gpu, gpu_total_gib=gpu_total_gib, config_json=config_json)
-        request = request_from_log(analysis, parse_params(params))
-    else:
-        mixes = tuple(parse_workload(w) for w in workloads)
-        if concurrency:
-            if not contexts:
-                raise InputError("--concurrency needs --context")
-            mixes += ((contexts[0], concurrency),)
-        request = F.PlanRequest(evidence=F.Evidence(F.INPUT_LINE, "capdiag plan", 0, "input"),
-                                params=parse_params(params), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                workloads=mixes, contexts=tuple(contexts or ()), gpus=gpus, tp=tp, framework=framework,
-                                fraction=fraction, headroom=headroom, training=training)
-    if request.params is None and not config_json:
-        raise InputError("give --params or --config-json")
-    report = plan(request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib)
-    if analysis is not None:
-        report["from_log"] = {"path": from_log, "comparison": compare_with_log(report, analysis)}
-    _write(render_plan(report, fmt), output)
+    _write(api.plan(**options).render(fmt), output)
 
 
 @main.command("diff", context_settings=CONTEXT)
