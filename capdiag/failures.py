@@ -201,6 +201,10 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
     cause (it is what the traceback says went wrong), unnamed.
     """
     raised = [r for r in exceptions(facts) if not r.ignored]
+    # an error a framework states on a line of its own comes after the exceptions: vLLM 0.16+
+    # prints `Failed to load model - not enough GPU memory …` before the traceback that raised it
+    raised = [r for r in raised if isinstance(r.exception, _PIECES)] + \
+        [r for r in raised if not isinstance(r.exception, _PIECES)]
     roles = [(r, classify(r)) for r in raised]
     for r, cause in roles:
         if cause is not None and cause.role != "cause":
