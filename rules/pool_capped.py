@@ -1,4 +1,4 @@
-"""pool-capped (CD127)."""
+"""pool-capped (CD130)."""
 from __future__ import annotations
 
 from capdiag.engine import rule
@@ -7,7 +7,7 @@ from capdiag.rules._common import finding, gib
 GIB = 1 << 30
 
 
-@rule("pool-capped", code="CD127", severity="info",
+@rule("pool-capped", code="CD130", severity="info",
       reads=("pool_cap", "breakdown:free?", "kv_pool:tokens?", "kv_pool:bytes_per_token?", "phase?"),
       concludes=("finding:pool-capped",))
 def pool_capped(kb):

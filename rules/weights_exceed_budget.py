@@ -1,4 +1,4 @@
-"""weights-exceed-budget (CD126)."""
+"""weights-exceed-budget (CD129)."""
 from __future__ import annotations
 
 from capdiag import facts as F
@@ -7,7 +7,7 @@ from capdiag.rules._advice import POOL_MIN_SHARE, round_up
 from capdiag.rules._common import finding, gib, is_vllm, target
 
 
-@rule("weights-exceed-budget", code="CD126", severity="error",
+@rule("weights-exceed-budget", code="CD129", severity="error",
       reads=(F.LoadWeightBegin, F.LoadWeightEnd, "breakdown:weights?", "breakdown:budget?", "breakdown:activation?",
              "breakdown:framework?", "gpu:total_gib?", "config:mem_fraction_static?"),
       concludes=("finding:weights-exceed-budget",))
