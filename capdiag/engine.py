@@ -249,7 +249,8 @@ class View:
         return found[-1] if found else None
 
     def handed_fact(self, fact: F.Fact) -> bool:
-        return isinstance(fact, self._kinds)
+        """The fact is of a declared class, or one that a conclusion handed over rests on."""
+        return isinstance(fact, self._kinds) or any(fact is f for d in self.handed for f in evidence_chain(d))
 
     # ---- conclusions
     def _hand(self, d: Optional[Derived]) -> Optional[Derived]:
@@ -351,8 +352,8 @@ def fire(r: Rule, kb: Knowledge, pinned: frozenset = frozenset()) -> list[Derive
                                        f"{kb.derived[ident].rule}")
         for p in conclusion.premises:
             if isinstance(p, F.Fact) and not view.handed_fact(p):
-                raise UndeclaredRead(f"rule {r.name} cites a {type(p).__name__}, which its `reads` does not "
-                                     "declare")
+                raise UndeclaredRead(f"rule {r.name} cites a {type(p).__name__}, which neither its `reads` nor "
+                                     "a conclusion it read hands over")
         cited = {id(p) for p in conclusion.premises}
         extra = tuple(d for d in view.handed if id(d) not in cited and d is not conclusion)
         if extra:
