@@ -1,10 +1,12 @@
-"""A gate verdict → text, JSON, SARIF 2.1.0, JUnit XML, or GitHub workflow commands.
+"""A gate verdict → text, JSON, SARIF 2.1.0, JUnit XML, GitHub workflow commands, or a GitLab
+code quality report.
 
 SARIF and JUnit are built as data and serialised by json / xml.etree, so everything that came
 from a log is escaped by the serialiser; the text and the GitHub step summary use templates.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import xml.etree.ElementTree as ET
@@ -17,16 +19,18 @@ from capdiag.gating import Verdict
 from capdiag.render import _env
 from capdiag.rules import FINDINGS
 
-GATE_FORMATS = ("text", "json", "sarif", "junit", "github")
+GATE_FORMATS = ("text", "json", "sarif", "junit", "github", "gitlab")
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+# GitLab's code quality severities: info, minor, major, critical, blocker.
+GITLAB_SEVERITY = {"error": "critical", "warning": "major", "info": "info"}
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
 
 def render_gate(verdict: Verdict, fmt: str, root: Optional[str] = None) -> str:
-    """`root`: the repository root that SARIF and GitHub paths are made relative to."""
-    if fmt in ("sarif", "github"):
-        return {"sarif": _sarif, "github": _github}[fmt](verdict, root)
+    """`root`: the repository root that SARIF, GitHub and GitLab paths are made relative to."""
+    if fmt in ("sarif", "github", "gitlab"):
+        return {"sarif": _sarif, "github": _github, "gitlab": _gitlab}[fmt](verdict, root)
     return {"text": _text, "json": _json, "junit": _junit}[fmt](verdict)
 
 
@@ -260,3 +264,35 @@ def _github(verdict: Verdict, root: Optional[str] = None) -> str:
     out.append(f"capdiag gate: {verdict.status} (fail-on {verdict.fail_on}; {len(verdict.failing)} failing, "
                f"{verdict.suppressed} accepted by the baseline, {verdict.not_judged} rule(s) could not judge)")
     return "\n".join(out) + "\n"
+
+
+def _gitlab(verdict: Verdict, root: Optional[str] = None) -> str:
+    """GitLab's code quality report (a subset of Code Climate's issue format): one issue per
+    finding the baseline does not accept and per rule that could not judge. GitLab requires a
+    line: an issue that rests on no log line is placed on line 1."""
+    issues = []
+    for res in verdict.results:
+        path = repo_path(res.path, root) or res.path
+        if res.error:
+            issues.append({"description": f"capdiag could not read the log: {res.error}",
+                           "check_name": "CD001 input-error", "severity": "blocker", "type": "issue",
+                           "categories": ["Bug Risk"],
+                           "fingerprint": hashlib.sha256(f"input-error|{path}".encode("utf-8")).hexdigest()[:20],
+                           "location": {"path": path, "lines": {"begin": 1}}})
+            continue
+        for f in res.findings:
+            if f["suppressed"]:
+                continue
+            lines = _main_evidence(f, res.path)
+            issues.append({"description": f"{f['code']} {f['title']}: {f['message']} What to do: {f['action']}",
+                           "check_name": f"{f['code']} {f['rule']}", "severity": GITLAB_SEVERITY[f["severity"]],
+                           "type": "issue", "categories": ["Performance"], "fingerprint": f["fingerprint"],
+                           "location": {"path": path, "lines": {"begin": lines[0]["line"] if lines else 1}}})
+        for n in res.not_judged:
+            issues.append({"description": f"{n['code']} {n['rule']} could not judge this log"
+                                          f"{' (fail-on-unknown)' if n['failing'] else ''}: {n['reason']}",
+                           "check_name": f"{n['code']} {n['rule']} (not judged)",
+                           "severity": GITLAB_SEVERITY[n["severity"]] if n["failing"] else "info",
+                           "type": "issue", "categories": ["Performance"], "fingerprint": n["fingerprint"],
+                           "location": {"path": path, "lines": {"begin": 1}}})
+    return json.dumps(issues, indent=2, ensure_ascii=False) + "\n"

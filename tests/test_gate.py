@@ -440,3 +440,50 @@ def test_fail_on_unknown_fails_rules_at_the_threshold_that_could_not_judge(monke
 def test_policy_fail_on_unknown_must_be_a_boolean(tmp_path):
     with pytest.raises(InputError, match=r":1: fail-on-unknown must be true or false"):
         load_policy(write(tmp_path, "capdiag.toml", 'fail-on-unknown = "yes"\n'))
+
+
+# ---- GitLab code quality and the pre-commit policy check ------------------------------------
+
+def test_gitlab_code_quality_report(monkeypatch, capsys, tmp_path):
+    baseline = str(tmp_path / "baseline.json")
+    run_entry(monkeypatch, capsys, "baseline", OOM, "-o", baseline)
+    code, out, _ = gate(monkeypatch, capsys, OOM, WEIGHTS_ONLY, str(tmp_path / "missing.log"), "--format", "gitlab",
+                        "--repo-root", str(TESTS.parent), "--baseline", baseline)
+    issues = json.loads(out)
+    assert code == 2 and isinstance(issues, list)
+    for issue in issues:  # the keys GitLab requires, with its severities
+        assert {"description", "check_name", "fingerprint", "severity", "location"} <= set(issue)
+        assert issue["severity"] in ("info", "minor", "major", "critical", "blocker")
+        assert isinstance(issue["location"]["lines"]["begin"], int) and issue["location"]["lines"]["begin"] >= 1
+    assert len({i["fingerprint"] for i in issues}) == len(issues)
+    crash = next(i for i in issues if i["check_name"] == "CD125 startup-failed")
+    assert crash["severity"] == "critical" and crash["location"]["path"] == "tests/fixtures/weights_then_crash_tp2.log"
+    assert Path(WEIGHTS_ONLY).read_text(encoding="utf-8").splitlines()[crash["location"]["lines"]["begin"] - 1] \
+        .startswith("RuntimeError: NCCL error in:")  # the root cause line
+    skipped = next(i for i in issues if i["check_name"] == "CD110 thin-headroom (not judged)")
+    assert skipped["severity"] == "info" and "could not judge" in skipped["description"]
+    assert next(i for i in issues if i["check_name"] == "CD001 input-error")["severity"] == "blocker"
+    # the baseline accepts the OOM log's findings: none of them is an issue
+    assert not [i for i in issues if i["location"]["path"].endswith("oom_capture.log")
+                and "(not judged)" not in i["check_name"]]
+
+
+def test_check_policy_validates_each_file(monkeypatch, capsys, tmp_path):
+    good = str(EXAMPLE_POLICY)
+    bad = write(tmp_path, "capdiag.toml", 'fail-on = "warning"\n[rules.thin-headroom]\nmin_free = 1\n')
+    code, out, err = run_entry(monkeypatch, capsys, "check-policy", good)
+    assert code == 0 and out == f"{good}: ok (6 rule setting(s), fail-on warning)\n"
+    code, out, err = run_entry(monkeypatch, capsys, "check-policy", bad, good)
+    assert code == 2 and out.startswith(good) and err == f"capdiag: error: {bad}:3: unknown key 'min_free' for rule " \
+        "thin-headroom (known: enabled, severity, min_free_gib)\n"
+
+
+def test_pre_commit_hook_runs_check_policy_on_policy_files():
+    hooks = (TESTS.parent / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    assert "- id: capdiag-policy" in hooks and "entry: capdiag check-policy" in hooks and "language: python" in hooks
+    import re
+    files = re.search(r"files: (.+)", hooks).group(1)
+    for name in ("capdiag.toml", ".github/capdiag.toml", "ci/capdiag-prod.toml", ".capdiag.toml"):
+        assert re.search(files, name), name
+    for name in ("pyproject.toml", "capdiag.toml.bak", "docs/other.toml"):
+        assert not re.search(files, name), name
