@@ -62,7 +62,7 @@ def parameters(kb):
 
 
 @rule("plan.weights",
-      reads=(F.PlanRequest, "plan:parameters"),
+      reads=(F.PlanRequest, F.ModelWeights, "plan:parameters"),
       concludes=("plan:weights",))
 def weights(kb):
     """Weights per GPU: the checkpoint's own bytes (`metadata.total_size` of its safetensors
@@ -73,7 +73,7 @@ def weights(kb):
     stored = kb.first(F.ModelWeights, role=None)
     if req is not None and req.weights_as_stored and stored is not None:
         total = stored.total_bytes / GIB
-        yield _bucket("weights", total / _tp(req), (req, stored),
+        yield _bucket("plan.weights", "weights", total / _tp(req), (req, stored),
                       f"checkpoint {stored.total_bytes:,} B = {total:.1f} GiB (safetensors index total_size); "
                       f"÷ TP {_tp(req)}")
         return
