@@ -29,6 +29,7 @@ _SIMPLE = (
     (F.SWAKVPoolUsage, "full_size", "swa_kv_pool_full_size"),
     (F.SWAKVPoolUsage, "swa_size", "swa_kv_pool_swa_size"),
     (F.PostCaptureKVSizing, "kv_gib", "post_capture_kv_size_gib"),
+    (F.KVAvailableMemory, "gib", "kv_available_memory_gib"),
     (F.PostCaptureKVSizing, "tokens", "post_capture_kv_tokens"),
     (F.TokenBudget, "max_total_num_tokens", "max_total_num_tokens"),
     (F.TokenBudget, "max_running_requests", "max_running_requests"),
