@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 # The project's home (pyproject.toml's [project.urls] says the same; a test keeps them equal).
 PROJECT_URL = "https://github.com/capdiag/capdiag"
 RULES_DOC_URL = PROJECT_URL + "/blob/main/docs/rules.md"
-__all__ = ["explain", "gate", "diff", "explain_many", "Report", "InputError", "__version__"]
-_API = {"explain", "gate", "diff", "explain_many", "Report", "GateResult", "Diff", "Category",
+__all__ = ["explain", "gate", "plan", "diff", "explain_many", "Report", "InputError", "__version__"]
+_API = {"explain", "gate", "plan", "diff", "explain_many", "Report", "GateResult", "Plan", "Diff", "Category",
         "Finding", "EvidenceLine", "Outcome"}
 
 

@@ -249,6 +249,78 @@ def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: A
         yield Outcome(item.path, None if item.report is None else Report(item.report), item.error)
 
 
+class Plan(_Document):
+    """The pre-deploy worksheet: buckets per GPU, the verdict, the smallest TP that fits, the
+    most concurrent requests, and when it does not fit, the nearest deployments that do."""
+
+    @property
+    def verdict(self) -> Optional[str]:
+        return self._data["verdict"]
+
+    def render(self, fmt: str = "text") -> str:
+        from capdiag.render import render_plan
+
+        return render_plan(self._data, _check_format(fmt))
+
+
+def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, params: Union[str, float, None] = None,
+         layers: Optional[int] = None, kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
+         hidden: Optional[int] = None, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
+         contexts: Optional[Sequence[int]] = None, concurrency: Optional[int] = None,
+         workloads: Sequence[Union[str, tuple[int, int]]] = (), gpu: Optional[str] = None,
+         gpu_total_gib: Optional[float] = None, gpus: Optional[int] = None, tp: Optional[int] = None,
+         framework: Optional[str] = None, fraction: Optional[float] = None, headroom: float = 0.15,
+         training: Optional[str] = None, from_log: Optional[LogInput] = None) -> Plan:
+    """Size a deployment before it exists (`capdiag plan`).
+
+    The model's shape comes from one of `config_json` (a path), `model` (a Hugging Face id,
+    ORG/NAME: its config.json and, for the exact weight bytes, its safetensors index, through
+    huggingface_hub's cache, HF_TOKEN and HF_HUB_OFFLINE), or `layers`/`kv_heads`/`head_dim`
+    (`hidden` for the activation estimate) with `params` ("70B", "7e10" or a number).
+    `workloads` are "8192x16" or (8192, 16); `from_log` fills TP, dtypes, framework and
+    fraction from a start-up (what is given here wins) and compares the prediction with it.
+    """
+    from capdiag import planning
+
+    shapes = [name for name, given in (("--config-json", config_json), ("--model", model),
+                                       ("--layers/--kv-heads/--head-dim", layers or kv_heads or head_dim)) if given]
+    if len(shapes) > 1:
+        raise InputError(f"give the model's shape once: {' or '.join(shapes)}")
+    shape = planning.shape_config(layers, kv_heads, head_dim, hidden)
+    stored = None
+    if model is not None:
+        from capdiag.hub import model_files
+
+        shape, stored = model_files(model)
+    count = planning.parse_params(params) if isinstance(params, str) else params
+    if count is None and shape is None and config_json is None:
+        raise InputError("give --params, --config-json or --model")
+    mixes = tuple(planning.parse_workload(w) if isinstance(w, str) else tuple(w) for w in workloads)
+    if concurrency:
+        if not contexts:
+            raise InputError("--concurrency needs --context")
+        mixes += ((contexts[0], concurrency),)
+    analysis = logged = None
+    if from_log is not None:
+        analysis = analyse(from_log, gpu=gpu, gpu_total_gib=gpu_total_gib, config_json=config_json)
+        logged = planning.request_from_log(analysis, count)
+
+    def pick(given, key, default):
+        return given if given is not None else getattr(logged, key) if logged is not None else default
+
+    request = F.PlanRequest(
+        evidence=F.Evidence(F.INPUT_LINE, "capdiag plan" if logged is None else logged.evidence.text, 0, "input"),
+        params=count, weight_dtype=pick(weight_dtype, "weight_dtype", "bf16"), kv_dtype=pick(kv_dtype, "kv_dtype", "bf16"),
+        workloads=mixes, contexts=tuple(contexts or ()), gpus=pick(gpus, "gpus", None), tp=pick(tp, "tp", None),
+        framework=pick(framework, "framework", "sglang"), fraction=pick(fraction, "fraction", None), headroom=headroom,
+        training=training, weights_as_stored=stored is not None and weight_dtype is None)
+    report = planning.plan(request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, model=shape,
+                           weights=stored)
+    if analysis is not None:
+        report["from_log"] = {"path": analysis.path, "comparison": planning.compare_with_log(report, analysis)}
+    return Plan(report)
+
+
 class Diff(_Document):
     """Two start-ups compared: configuration, memory per category, capacity, findings."""
 

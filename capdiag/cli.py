@@ -12,16 +12,14 @@ import attrs
 import click
 
 from capdiag import __version__, api, batch, ruledocs, terminal
-from capdiag.analysis import analyse, read_log
+from capdiag.analysis import read_log
 from capdiag.api import DEFAULT_FAIL_ON
 from capdiag.errors import InputError
 from capdiag.launches import split_launches
-from capdiag.render import FORMATS, MANY_FORMATS, render_many, render_plan
+from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
-from capdiag import facts as F
-from capdiag.planning import compare_with_log, parse_params, parse_workload, plan, request_from_log
 from capdiag.rules.plan import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
 from capdiag.whatif import KEYS
@@ -239,9 +237,16 @@ def baseline_command(logs, policy, deployment, inputs, output):
 
 @main.command("plan", context_settings=CONTEXT)
 @click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (shape, parameters).")
-@click.option("--params", help="Parameter count, e.g. 70B (instead of counting from config.json).")
-@click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)), default="bf16", show_default=True)
-@click.option("--kv-dtype", default="bf16", show_default=True, help="KV cache dtype: bf16, fp16, fp8.")
+@click.option("--model", metavar="ORG/NAME", help="A Hugging Face model id: its config.json (and exact weight bytes) "
+              "through huggingface_hub (its cache, HF_TOKEN, HF_HUB_OFFLINE).")
+@click.option("--params", help="Parameter count: 70B, 7.5B or 7e10 (instead of counting from config.json).")
+@click.option("--layers", type=click.IntRange(min=1), help="Without a config.json: layers holding KV.")
+@click.option("--kv-heads", type=click.IntRange(min=1), help="Without a config.json: KV heads.")
+@click.option("--head-dim", type=click.IntRange(min=1), help="Without a config.json: the head dimension.")
+@click.option("--hidden", type=click.IntRange(min=1), help="Without a config.json: hidden size (activation estimate).")
+@click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)),
+              help="Weight dtype (default: as --from-log states, else the checkpoint's with --model, else bf16).")
+@click.option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: as --from-log states, else bf16).")
 @click.option("--context", "contexts", type=Lengths(), help="Context lengths for the concurrency table, e.g. 8192,32768.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Requests at --context (the first one) to size KV for.")
 @click.option("--workload", "workloads", multiple=True, help="A mix CONTEXTxCOUNT, e.g. 8192x16 (repeatable).")
@@ -249,7 +254,7 @@ def baseline_command(logs, policy, deployment, inputs, output):
 @click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs available (the largest TP tried).")
 @click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel size to plan for (default --gpus or 1).")
-@click.option("--framework", type=click.Choice(("sglang", "vllm")), default="sglang", show_default=True)
+@click.option("--framework", type=click.Choice(("sglang", "vllm")), help="sglang (default) or vllm.")
 @click.option("--fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="mem_fraction_static / gpu_memory_utilization (default 0.9).")
 @click.option("--headroom", type=click.FloatRange(0, 0.9), default=0.15, show_default=True,
@@ -258,29 +263,9 @@ def baseline_command(logs, policy, deployment, inputs, output):
 @click.option("--from-log", type=click.Path(dir_okay=False), help="Fill the worksheet from a start-up log and compare.")
 @click.option("--format", "fmt", type=click.Choice(("text", "markdown", "json")), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False))
-def plan_command(config_json, params, weight_dtype, kv_dtype, contexts, concurrency, workloads, gpu, gpu_total_gib, gpus,
-                 tp, framework, fraction, headroom, training, from_log, fmt, output):
+def plan_command(fmt, output, **options):
     """The pre-deploy worksheet: will the model fit, at which TP, with how many requests."""
-    analysis = None
-    if from_log:
-        analysis = analyse(from_log, gpu=gpu, gpu_total_gib=gpu_total_gib, config_json=config_json)
-        request = request_from_log(analysis, parse_params(params))
-    else:
-        mixes = tuple(parse_workload(w) for w in workloads)
-        if concurrency:
-            if not contexts:
-                raise InputError("--concurrency needs --context")
-            mixes += ((contexts[0], concurrency),)
-        request = F.PlanRequest(evidence=F.Evidence(F.INPUT_LINE, "capdiag plan", 0, "input"),
-                                params=parse_params(params), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                workloads=mixes, contexts=tuple(contexts or ()), gpus=gpus, tp=tp, framework=framework,
-                                fraction=fraction, headroom=headroom, training=training)
-    if request.params is None and not config_json:
-        raise InputError("give --params or --config-json")
-    report = plan(request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib)
-    if analysis is not None:
-        report["from_log"] = {"path": from_log, "comparison": compare_with_log(report, analysis)}
-    _write(render_plan(report, fmt), output)
+    _write(api.plan(**options).render(fmt), output)
 
 
 @main.command("diff", context_settings=CONTEXT)

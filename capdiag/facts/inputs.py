@@ -80,6 +80,14 @@ class WhatIf(Fact):
 
 
 @attrs.frozen(kw_only=True)
+class ModelWeights(Fact):
+    """The bytes of a checkpoint's weights: `metadata.total_size` of its
+    model.safetensors.index.json (every tensor, in the dtype stored)."""
+
+    total_bytes: int
+
+
+@attrs.frozen(kw_only=True)
 class PlanRequest(Fact):
     """`capdiag plan`: a deployment to size before any log exists."""
 
@@ -94,6 +102,7 @@ class PlanRequest(Fact):
     fraction: Optional[float] = None
     headroom: float = 0.15
     training: Optional[str] = None  # "full" or "lora"
+    weights_as_stored: bool = False  # size the weights from ModelWeights (the checkpoint's own bytes)
 
 
 @attrs.frozen(kw_only=True)

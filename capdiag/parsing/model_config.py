@@ -4,6 +4,7 @@ its fields are lifted so the rules see one flat shape."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from capdiag import facts as F
 from capdiag.errors import InputError
@@ -20,6 +21,11 @@ def read_model_config(path: str) -> F.ModelConfig:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a JSON config ({exc})") from None
+    return model_config_from(data, path)
+
+
+def model_config_from(data: Any, path: str, source: str = "config.json") -> F.ModelConfig:
+    """A config.json's parsed JSON (from a file, the Hub, or the command line's shape) → its fact."""
     if not isinstance(data, dict):
         raise InputError(f"{path}: config.json must be a JSON object")
     fields = dict(data)
@@ -31,4 +37,4 @@ def read_model_config(path: str) -> F.ModelConfig:
     summary = ", ".join(f"{k}={fields[k]}" for k in ("model_type", "num_hidden_layers", "num_attention_heads",
                                                       "num_key_value_heads", "head_dim", "kv_lora_rank")
                         if k in fields)
-    return F.ModelConfig(evidence=F.Evidence(1, f"{path}: {summary}", 0, "config.json"), fields=fields)
+    return F.ModelConfig(evidence=F.Evidence(1, f"{path}: {summary}", 0, source), fields=fields)
