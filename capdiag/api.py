@@ -131,7 +131,7 @@ class Report(_Document):
 
         if self._analysis is None:
             raise InputError("this report was not made by capdiag.explain; there is nothing to trace")
-        candidates = rules_for(self._analysis.framework)
+        candidates = rules_for(self._analysis.framework, every=True)
         for wanted in rules:
             if not any(rule_wanted(r, (wanted,)) for r in candidates):
                 raise InputError(f"--trace {wanted}: no rule of this {self.framework} analysis is called that; "

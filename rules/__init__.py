@@ -108,11 +108,12 @@ WHAT_IF = (what_if.sglang, what_if.vllm)
 BY_FRAMEWORK = {"sglang": SGLANG, "vllm": VLLM}
 
 
-def rules_for(framework: str) -> tuple:
+def rules_for(framework: str, every: bool = False) -> tuple:
     """The rule set for one framework's logs: its own readings, the shared rules, and the
-    findings and projections that apply to it. The engine orders them from their declarations."""
+    findings and projections that apply to it (with `every`, also those that do not, for the
+    trace to say why they did not fire). The engine orders them from their declarations."""
     return tuple(r for r in COMMON_BEFORE + BY_FRAMEWORK[framework] + COMMON_AFTER + FINDINGS + WHAT_IF
-                 if not r.frameworks or framework in r.frameworks)
+                 if every or not r.frameworks or framework in r.frameworks)
 
 
 ALL = COMMON_BEFORE + SGLANG + VLLM + COMMON_AFTER + FINDINGS + WHAT_IF
