@@ -141,7 +141,8 @@ def owner(fact: F.Fact) -> tuple:
 def observed_by_rank(facts: Iterable[F.Fact]) -> dict[tuple, dict[str, Any]]:
     grouped: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for fact in facts:
-        grouped[owner(fact)][fact.role].append(fact)
+        if fact.role != F.RUNTIME_ROLE:  # traffic lines are the run-time section's, not a rank's start-up
+            grouped[owner(fact)][fact.role].append(fact)
     result: dict[tuple, dict[str, Any]] = {}
     for rank, by_role in grouped.items():
         values: dict[str, Any] = {}

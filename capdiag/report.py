@@ -46,8 +46,12 @@ def where(e: F.Evidence) -> str:
 
 
 def evidence(d: Derived) -> list[dict[str, Any]]:
-    return [{"line": f.evidence.line, "source": f.evidence.source, "where": where(f.evidence), "text": f.evidence.text,
+    rows = [{"line": f.evidence.line, "source": f.evidence.source, "where": where(f.evidence), "text": f.evidence.text,
              "kind": f.kind, "rank": f.rank.label if f.rank.tagged else None} for f in evidence_chain(d)]
+    # a traffic line can be cited for several reasons (first, peak, last): once is enough
+    traffic = ("TrafficSummary", "TrafficMark")
+    return [row for i, row in enumerate(rows) if row["kind"] not in traffic or
+            all((row["line"], row["source"]) != (r["line"], r["source"]) for r in rows[:i] if r["kind"] in traffic)]
 
 
 def main_evidence(d: Derived) -> Optional[dict[str, Any]]:
@@ -245,10 +249,30 @@ def build(a: Analysis) -> dict[str, Any]:
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,
         "not_judged": not_judged,
+        "runtime": _runtime(kb),
         "framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
                                 "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
                                for f in facts if framework_of(f) == a.framework],
     }
+
+
+def _runtime(kb) -> Optional[dict[str, Any]]:
+    """The run-time section: all ranks' traffic lines together, then each rank's; None without any."""
+    rows = kb.topic("runtime")
+    if not rows:
+        return None
+    ranks = sorted((d for d in rows if d.key != "all"), key=lambda d: d.key)
+    top = kb.get("runtime", "all") or ranks[0]
+    return {**_runtime_entry(top), "ranks": [{"rank": d.detail["rank"].label if d.detail["rank"].tagged else "TP0",
+                                              **_runtime_entry(d)} for d in ranks]}
+
+
+def _runtime_entry(d: Derived) -> dict[str, Any]:
+    return {**d.value, "derivation": d.formula,
+            "sources": [{"line": f.evidence.line, "where": where(f.evidence), "text": f.evidence.text}
+                        for f in d.detail["parts"]],
+            "evidence": {name: {"line": m.evidence.line, "where": where(m.evidence), "text": m.evidence.text,
+                                "value": m.value} for name, m in d.detail["marks"].items()}}
 
 
 def _what_if(d: Optional[Derived]) -> Optional[dict[str, Any]]:

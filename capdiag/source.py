@@ -471,8 +471,12 @@ def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
     return candidate_runs(_runs(numbered))
 
 
-def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
+def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[Line]:
     """Lines that may hold a fact, with wrapped continuations joined.
+
+    `traffic` (a capdiag.traffic.TrafficAggregator, or None) is handed every block, ANSI codes
+    taken out, and told where each start-up record begins, so request-time lines are summed on
+    the way past without becoming lines here.
 
     Three kinds of wrapping are undone: a long record (engine config, argument dict,
     server_args) hard-wrapped by a paste continues on the following lines that have no header
@@ -493,7 +497,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                 pending = None
             continue
         starts = _hit_starts(block)
-        cursor, number = 0, first - 1
+        cursor, number, fed = 0, first - 1, 0
         while cursor < len(block):
             if pending is None:  # nothing held: skip to the next line with a keyword
                 at = bisect.bisect_left(starts, cursor)
@@ -504,7 +508,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
             end = block.find(b"\n", cursor)
             end = len(block) if end < 0 else end
             raw = line_text(block[cursor:end])
-            cursor, number = end + 1, number + 1
+            line_start, cursor, number = cursor, end + 1, number + 1
             for text in clean(raw):
                 if pending is not None:
                     if not record and _CUT_REST.match(text):
@@ -532,8 +536,23 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                 line = Line(number, text, raw[:MAX_LINE])
                 command = False
                 if _RECORD.search(text):
+                    if traffic is not None:
+                        fed = _feed_traffic(traffic, first, block, fed, line_start)
+                        traffic.restart(number)
                     pending, record, spans, last_piece = line, True, 0, raw
                 else:  # held one line: it may continue on the next (soft or hard wrap)
                     pending, record, spans, command = line, False, 0, bool(_COMMAND.search(text))
+        if traffic is not None:
+            _feed_traffic(traffic, first, block, fed, len(block))
     if pending is not None:
         yield pending
+
+
+def _feed_traffic(traffic, first: int, block: bytes, start: int, stop: int) -> int:
+    """Hand block[start:stop] to the traffic sink, numbered and without ANSI codes; returns stop."""
+    if stop > start:
+        piece = block if (start, stop) == (0, len(block)) else block[start:stop]
+        if b"\x1b" in piece:
+            piece = _ANSI_BYTES.sub(b"", piece)
+        traffic.feed(first + block.count(b"\n", 0, start), piece)
+    return stop

@@ -12,7 +12,8 @@ from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, c
                            overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
                            speculative_draft_memory, stand_in, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
                            thin_headroom, unexplained_memory, failure_cause, startup_failed, utilization_too_high, vllm_breakdown, vllm_capacity,
-                           vllm_config, weights_theory, what_if, plan)
+                           vllm_config, weights_theory, what_if, plan, runtime,
+                           kv_capacity_binds, request_limit_binds_traffic, kv_retractions)
 
 SGLANG = (
     config.config,
@@ -61,6 +62,7 @@ COMMON_AFTER = (
     ranks.rank_memory,
     startup_phase.phase,
     failure_cause.root_cause,
+    runtime.summary,
 )
 
 # Findings, by code.
@@ -90,6 +92,9 @@ FINDINGS = (
     gpu_capacity_ambiguous.gpu_capacity_ambiguous,
     low_concurrency.low_concurrency,
     startup_failed.startup_failed,
+    kv_capacity_binds.kv_capacity_binds,
+    request_limit_binds_traffic.request_limit_binds_traffic,
+    kv_retractions.kv_retractions,
 )
 
 # Projections run last: they say which findings a change would add or remove.
