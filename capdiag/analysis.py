@@ -8,6 +8,7 @@ import attrs
 from capdiag import facts as F
 from capdiag.engine import Firing, Knowledge, run
 from capdiag.errors import InputError
+from capdiag.failures import root_cause
 from capdiag.launches import Launch, ends_startup, pick_launch, split_launches
 from capdiag.parsing import FRAMEWORKS, detect_framework, framework_of, read_facts
 from capdiag.gpus import gpu_input_facts
@@ -77,8 +78,11 @@ def read_log(log: LogInput, framework: Optional[str] = None, until_ready: Option
         raise InputError(f"{path}: the log is empty")
     chosen = framework or detect_framework(facts)
     if chosen is None:
+        failure = root_cause(facts)
+        seen = (f"; it ends in a failure at line {failure.line.evidence.line} ({failure.raised.text.splitlines()[0][:120]}): "
+                "pass --framework sglang or vllm to analyse it") if failure is not None else ""
         raise InputError(f"{path}: neither an SGLang nor a vLLM start-up log "
-                         f"(no start-up line of either recognised in {counter.count} lines)")
+                         f"(no start-up line of either recognised in {counter.count} lines){seen}")
     facts = [f for f in facts if framework_of(f) in (None, chosen)]
     if traffic is not None:
         summed = [f for f in traffic.facts() if f.framework == chosen]

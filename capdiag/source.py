@@ -93,6 +93,8 @@ _RECORD = re.compile(r"with config:|non-default args:|args: Namespace\(|server_a
 _HEADER = re.compile(r"^(?:\(\w[^)]*pid=\d+|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) |\[\d{4}-\d\d-\d\d |\[\d\d:\d\d:\d\d)")
 MAX_CONTINUATION = 400  # physical lines one wrapped record may span
 WRAPPED = 100  # a record line and its header-less successor both this long: a hard wrap
+# A traceback printed without a prefix (SGLang, an excerpt) never continues a cut record.
+_TRACEBACK = re.compile(r'^(?:File "|Traceback \(most recent call last\)|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)')
 # A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
 # A shell command that starts a server; it continues after a trailing `\` and on the lines an
@@ -514,7 +516,8 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
                     if not record and _CUT_REST.match(text):
                         pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
                         continue
-                    if record and spans < MAX_CONTINUATION and text and not _HEADER.match(text) and (
+                    if record and spans < MAX_CONTINUATION and text and not _HEADER.match(text) and \
+                            not _TRACEBACK.match(text) and (
                             open_brackets(pending.text) > 0
                             or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0))):
                         pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)

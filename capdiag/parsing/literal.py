@@ -11,7 +11,7 @@ from typing import Any, Optional
 import attrs
 from lark import Lark, Transformer, UnexpectedInput
 
-from capdiag.resources import grammar_text
+from capdiag.parsing.lalr import lalr_parser
 
 
 @attrs.frozen
@@ -157,7 +157,7 @@ def _hashable(k):
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(grammar_text("pyliteral.lark"), parser="lalr", maybe_placeholders=True)
+    return lalr_parser("pyliteral.lark", maybe_placeholders=True)
 
 
 def parse_literal(text: str) -> Any:

@@ -14,7 +14,7 @@ from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.errors import InputError
-from capdiag.resources import grammar_text
+from capdiag.parsing.lalr import lalr_parser
 from capdiag.source import open_input, physical_lines
 
 _COLUMNS = {"index": "index", "memory.used": "used_mib", "memory.free": "free_mib", "memory.total": "total_mib",
@@ -35,7 +35,7 @@ class _Cells(Transformer):
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(grammar_text("nvidia_smi.lark"), parser="lalr")
+    return lalr_parser("nvidia_smi.lark")
 
 
 def _mib(cell: str) -> Optional[int]:

@@ -16,7 +16,7 @@ from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.prose import read_oom_message
-from capdiag.resources import grammar_text
+from capdiag.parsing.lalr import lalr_parser
 
 
 @attrs.frozen
@@ -270,7 +270,7 @@ class _Lines(Transformer):
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(grammar_text("sglang.lark"), parser="lalr", lexer="contextual")
+    return lalr_parser("sglang.lark", lexer="contextual")
 
 
 def parse_sglang_line(text: str) -> Optional[Parsed]:
