@@ -68,6 +68,8 @@ def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], 
         raise InputError(f"{path}: neither an SGLang nor a vLLM start-up log "
                          f"(no start-up line of either recognised in {counter.count} lines)")
     facts = [f for f in facts if framework_of(f) in (None, chosen)]
+    if not facts:
+        raise InputError(f"{path}: no {framework} start-up line recognised in {counter.count} lines (--framework {framework})")
     return facts, chosen, counter.count
 
 

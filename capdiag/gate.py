@@ -8,7 +8,6 @@ shifts by a line keeps its accepted findings. Exit codes: 0 pass, 1 fail, 2 inpu
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Optional
 
 import attrs
@@ -17,6 +16,7 @@ from capdiag.analysis import analyse
 from capdiag.errors import InputError
 from capdiag.policy import SEVERITIES
 from capdiag.report import build
+from capdiag.side_input import read_json
 
 BASELINE_SCHEMA = "capdiag.baseline/1"
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
@@ -64,15 +64,12 @@ class Verdict:
 
 
 def read_baseline(path: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not a capdiag baseline ({exc})") from None
+    data = read_json(path, "baseline")
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA or not isinstance(data.get("entries"), list):
         raise InputError(f"{path}: not a capdiag baseline (schema {BASELINE_SCHEMA} expected)")
+    for number, entry in enumerate(data["entries"], start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
+            raise InputError(f"{path}: baseline entry {number} is not an object with a fingerprint")
     return data["entries"]
 
 

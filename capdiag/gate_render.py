@@ -10,8 +10,11 @@ import os
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import attrs
+
 from capdiag import __version__, ruledocs
 from capdiag.gate import Verdict
+from capdiag.printable import printable, printable_data
 from capdiag.render import _env
 from capdiag.rules import FINDINGS
 
@@ -22,11 +25,19 @@ SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schem
 
 
 def render_gate(verdict: Verdict, fmt: str) -> str:
-    return {"text": _text, "json": _json, "sarif": _sarif, "junit": _junit, "github": _github}[fmt](verdict)
+    return {"text": _text, "json": _json, "sarif": _sarif, "junit": _junit, "github": _github}[fmt](_printable(verdict))
 
 
 def summary_markdown(verdict: Verdict) -> str:
-    return _env().get_template("gate_summary.md.j2").render(v=verdict)
+    return _env().get_template("gate_summary.md.j2").render(v=_printable(verdict))
+
+
+def _printable(verdict: Verdict) -> Verdict:
+    """The verdict with every string that came from the inputs made printable."""
+    results = tuple(attrs.evolve(r, path=printable(r.path), report=printable_data(r.report),
+                                 error=printable_data(r.error), findings=printable_data(r.findings))
+                    for r in verdict.results)
+    return attrs.evolve(verdict, results=results, stale=printable_data(verdict.stale))
 
 
 def _text(verdict: Verdict) -> str:

@@ -5,6 +5,7 @@ and set beside what that log measured, with the error of each prediction.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 from capdiag import facts as F
@@ -20,6 +21,9 @@ BUCKETS = ("weights", "kv_cache", "activation", "framework", "headroom", "traini
 SCHEMA = "capdiag.plan/1"
 
 
+MAX_PARAMS = 1e15
+
+
 def parse_params(text: Optional[str]) -> Optional[float]:
     """`70B`, `7.5b`, `405e9`, `1.2T` → a parameter count."""
     if text is None:
@@ -27,9 +31,12 @@ def parse_params(text: Optional[str]) -> Optional[float]:
     scale = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
     raw = text.strip().lower()
     try:
-        return float(raw[:-1]) * scale[raw[-1]] if raw[-1] in scale else float(raw)
+        count = float(raw[:-1]) * scale[raw[-1]] if raw[-1] in scale else float(raw)
     except (ValueError, IndexError):
-        raise InputError(f"--params {text}: use a count like 70B, 7.5B or 405e9") from None
+        count = math.nan
+    if not 1 <= count <= MAX_PARAMS:  # also refuses nan
+        raise InputError(f"--params {text}: use a positive count like 70B, 7.5B or 405e9 (at most 1000T)")
+    return count
 
 
 def parse_workload(text: str) -> tuple[int, int]:

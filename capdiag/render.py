@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 
 from capdiag import bars
+from capdiag.printable import printable_data
 
 FORMATS = ("text", "markdown", "json", "html")
 
@@ -53,6 +54,7 @@ def _env() -> jinja2.Environment:
 def render(report: dict[str, Any], fmt: str, color: bool = False) -> str:
     """The report in `fmt`; `color` paints the text report's bars with ANSI colours (the CLI
     asks for it only when stdout is a terminal and NO_COLOR is unset)."""
+    report = printable_data(report)
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template(f"{fmt}.j2").render(r=report, color=color)
@@ -62,16 +64,18 @@ def render_trace(firings) -> str:
     """One block per firing, in order: rule → conclusion, then the premises it rests on."""
     from capdiag.report import trace_rows
 
-    return _env().get_template("trace.j2").render(rows=trace_rows(firings))
+    return _env().get_template("trace.j2").render(rows=printable_data(trace_rows(firings)))
 
 
 def render_plan(report: dict[str, Any], fmt: str) -> str:
+    report = printable_data(report)
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template("plan.md.j2" if fmt == "markdown" else "plan.txt.j2").render(p=report)
 
 
 def render_diff(report: dict[str, Any], fmt: str) -> str:
+    report = printable_data(report)
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template("diff.md.j2" if fmt == "markdown" else "diff.txt.j2").render(d=report)

@@ -52,6 +52,15 @@ def attention_layers(cfg: dict) -> tuple[int, str]:
     return total, ""
 
 
+def attention_shape(cfg: dict) -> Optional[tuple[int, int]]:
+    """(KV heads, head_dim) of an MHA/GQA layer; None when config.json lacks them (no
+    num_attention_heads, or neither head_dim nor hidden_size)."""
+    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
+    if not heads or not (cfg.get("head_dim") or (cfg.get("hidden_size") and cfg.get("num_attention_heads"))):
+        return None
+    return heads, cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
 def _is_compressed_swa(cfg: dict) -> bool:
     text = " ".join(str(cfg.get(k, "")) for k in ("model_type", "architectures")).lower()
     return "deepseek_v4" in text or "deepseekv4" in text or "compress_ratios" in cfg
@@ -102,8 +111,13 @@ def theoretical(kb):
                       formula + (f" ({counted})" if counted else "") + "; not split by TP: every rank holds the latent",
                       {"attention": "mla", "layers": layers, "replication": 1})
         return
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    shape = attention_shape(cfg)
+    if shape is None:
+        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
+            "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"),
+            "kv-pool.theoretical", premises)
+        return
+    heads, head_dim = shape
     v_head_dim = cfg.get("v_head_dim") or head_dim
     per_rank = max(1, heads // attn_tp)
     copies = attn_tp // heads if heads < attn_tp else 1

@@ -14,7 +14,8 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import LarkError
 
 from capdiag import facts as F
-from capdiag.parsing.literal import parse_call_or_dict
+from capdiag.parsing.bounds import OutOfRange
+from capdiag.parsing.literal import MAX_DIGITS, parse_call_or_dict
 from capdiag.parsing.parsed import Parsed, cli_option
 from capdiag.parsing.prose import read_oom_message
 from capdiag.resources import grammar_text
@@ -27,6 +28,8 @@ class Quantity:
 
 
 def _number(text: str) -> float | int:
+    if len(text) > MAX_DIGITS:
+        raise OutOfRange(f"a number of {len(text)} digits")
     return float(text) if any(c in text for c in ".eE") else int(text)
 
 
