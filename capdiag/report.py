@@ -23,6 +23,7 @@ BREAKDOWN_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_grap
 # Stacked-bar order of a rank's memory, bottom to top.
 SEGMENT_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
                  "draft_cuda_graph", "other", "free")
+MAX_UNREAD = 50  # lines not read, listed in the report (the first ones)
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -180,6 +181,8 @@ def build(a: Analysis) -> dict[str, Any]:
                    "last_line": a.launch.last_line, "phase_reached": kb.value("phase"), "ready": ready,
                    "stopped_at": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
                    "server_args": _server_args_note(kb.first(F.ServerArgs, role=None)),
+                   "unread_lines": [{"line": f.evidence.line, "reason": f.reason}
+                                    for f in kb.of(F.UnreadLine, role=None)][:MAX_UNREAD],
                    "all_launches": [{"launch": l.index, "first_line": l.first_line, "last_line": l.last_line,
                                      "phase_reached": l.phase,
                                      "failure": None if l.failure is None else {"line": l.failure.evidence.line,

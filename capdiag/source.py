@@ -291,7 +291,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
     record = False
     spans = 0
     last_piece = ""
-    brackets = (0, "", False)  # the held record's bracket_state()
+    brackets = None  # the held record's bracket_state(), once needed
     for first, block in runs:
         starts = _hit_starts(block)
         cursor, number = 0, first - 1
@@ -313,10 +313,11 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                         pass
                     elif not record and _CUT_REST.match(text):
                         joined = _joined(pending, text, raw, "")
-                    elif record and text and not _HEADER.match(text) and (
-                            brackets[0] > 0 or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0))):
-                        joined = _joined(pending, text, raw, "")
-                        brackets, last_piece = bracket_state(text, brackets), text
+                    elif record and text and not _HEADER.match(text):
+                        brackets = brackets or bracket_state(pending.text)  # only when a line may continue it
+                        if brackets[0] > 0 or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0)):
+                            joined = _joined(pending, text, raw, "")
+                            brackets, last_piece = bracket_state(text, brackets), text
                     elif not record and pending.text.endswith(",") and not text.startswith(("[", "(")):
                         joined = _joined(pending, text, raw, " ")
                     if joined is not None:
@@ -329,7 +330,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                 line = Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
                 spans = 0
                 if _RECORD.search(text):
-                    pending, record, last_piece, brackets = line, True, raw, bracket_state(line.text)
+                    pending, record, last_piece, brackets = line, True, raw, None
                 else:  # held one line: it may continue on the next (soft or hard wrap)
                     pending, record = line, False
     if pending is not None:

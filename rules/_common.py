@@ -5,6 +5,7 @@ from typing import Optional
 
 from capdiag import facts as F
 from capdiag.engine import Finding, Knowledge
+from capdiag.parsing.bounds import in_range
 
 
 def target(kb: Knowledge) -> Optional[tuple]:
@@ -47,7 +48,8 @@ def number_or_text(text: str):
     """A command-line value as the number it spells, else the text."""
     for kind in (int, float):
         try:
-            return kind(text)
-        except ValueError:
-            pass
+            value = kind(text)
+        except ValueError:  # not that kind, or past int()'s digit limit
+            continue
+        return value if in_range(value) else text  # `inf`, `nan`, 1e308 stay the text they are
     return text

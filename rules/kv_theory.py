@@ -133,8 +133,9 @@ def theoretical(kb):
 @rule("kv-pool.dtype")
 def kv_dtype(kb):
     """The KV element type in use: what the log's KV lines print, else the configured
-    kv_cache_dtype, else — for `auto` — the model's dtype (the weight-load line, vLLM's engine
-    config, or config.json)."""
+    kv_cache_dtype, else — for a stated `auto` — the model's dtype (the weight-load line, vLLM's
+    engine config, or config.json). A log that states neither leaves it unknown: `auto` is
+    never assumed."""
     printed = next((f for f in kb.of(F.KVCacheAllocated, F.KVCacheDtype, role=None) if getattr(f, "dtype", None)),
                    None)
     if printed is not None:
@@ -143,6 +144,10 @@ def kv_dtype(kb):
     configured = kb.get("config", "kv_cache_dtype")
     if configured is not None and configured.known and str(configured.value) != "auto":
         yield Derived("kv_pool", "dtype", configured.value, "kv-pool.dtype", (configured,), "configured kv_cache_dtype")
+        return
+    if configured is None or not configured.known:  # `auto` is a setting the log must state, not a default to assume
+        yield Derived("kv_pool", "dtype", Unknown("the log prints no KV dtype and states no kv_cache_dtype"),
+                      "kv-pool.dtype", ())
         return
     loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
     engine = kb.first(F.VllmEngineConfig, role=None)

@@ -35,6 +35,11 @@ def in_range(value: Any, limit: float = MAX_NUMBER) -> bool:
 
 
 def _nested_ok(value: Any) -> bool:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:  # most of a record: decided without a call
+        return True
+    if kind is int or kind is float:
+        return in_range(value)
     if isinstance(value, (list, tuple)):
         return all(_nested_ok(v) for v in value)
     if isinstance(value, dict):
@@ -45,10 +50,25 @@ def _nested_ok(value: Any) -> bool:
     return in_range(value)
 
 
-def check_values(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The attribute values of one fact, range-checked; and notes naming record entries dropped.
+# the last results, by the identity of the values checked: a body parsed once for many lines
+# (one per rank, a relaunch) hands the same values again, and a record is costly to walk
+_CHECKED: dict[int, tuple[dict, tuple[dict, list]]] = {}
 
-    Raises OutOfRange when one of the line's own figures is out of range."""
+
+def check_values(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The attribute values of one fact, range-checked (a new dict); and notes naming record
+    entries dropped. Raises OutOfRange when one of the line's own figures is out of range."""
+    hit = _CHECKED.get(id(values))
+    if hit is not None and hit[0] is values:
+        return dict(hit[1][0]), list(hit[1][1])
+    result = _check(values)
+    if len(_CHECKED) >= 256:
+        _CHECKED.clear()
+    _CHECKED[id(values)] = (values, result)
+    return dict(result[0]), list(result[1])
+
+
+def _check(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     out, notes = dict(values), []
     for key, value in values.items():
         if key == "fields" and isinstance(value, dict):

@@ -6,6 +6,7 @@ the fact. Lines of other kinds fail to parse and are skipped by the caller.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -274,10 +275,35 @@ def _parser() -> Lark:
     return Lark(grammar_text("sglang.lark"), parser="lalr", lexer="contextual")
 
 
-def parse_sglang_line(text: str) -> Optional[Parsed]:
-    """The fact a line states, or None when it is not a line kind the grammar knows."""
+# The common prefix `[date time TAGS] `, read the way the grammar reads it. Lines that differ
+# only in it (one line per rank, the same start-up relaunched) share one parse of their body.
+_PREFIX = re.compile(r"\[\s*(?:\d{4}-\d\d-\d\d\s+)?\d\d:\d\d:\d\d(?:[.,]\d+)?((?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d{1,7})*)\s*\]")
+_TAGS = re.compile(r"([A-Z_]+?)(\d+)")
+SHARED_BODY = 1 << 16  # characters (the source's MAX_JOINED): 256 kept bodies stay under 16 MiB
+
+
+def _parse(text: str) -> Optional[Parsed]:
     try:
         tree = _parser().parse(text)
     except LarkError:
         return None
     return _Lines().transform(tree)
+
+
+@lru_cache(maxsize=256)
+def _parse_body(body: str) -> Optional[Parsed]:
+    return _parse("[00:00:00] " + body)
+
+
+def parse_sglang_line(text: str) -> Optional[Parsed]:
+    """The fact a line states, or None when it is not a line kind the grammar knows."""
+    prefix = _PREFIX.match(text)
+    if prefix is None or len(text) - prefix.end() > SHARED_BODY:
+        return _parse(text)
+    parsed = _parse_body(text[prefix.end():].lstrip())
+    tags = {name.lower(): int(number) for name, number in _TAGS.findall(prefix.group(1))}
+    if parsed is None or not tags:
+        return parsed
+    # the body's own `[gpu=N]` tag is read after the prefix's, as the grammar's start rule does
+    own = {k: v for k, v in attrs.asdict(parsed.rank).items() if v is not None}
+    return attrs.evolve(parsed, rank=F.Rank(**{**tags, **own}))
