@@ -8,13 +8,13 @@ import attrs
 from capdiag import facts as F
 from capdiag.engine import Firing, Knowledge, run
 from capdiag.errors import InputError
-from capdiag.launches import Launch, pick_launch, split_launches
+from capdiag.launches import Launch, ends_startup, pick_launch, split_launches
 from capdiag.parsing import FRAMEWORKS, detect_framework, framework_of, read_facts
 from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.rules import rules_for
-from capdiag.source import candidate_runs, open_input, physical_runs
+from capdiag.source import LiveStream, LogInput, candidate_runs, log_name, open_log, physical_runs
 
 
 @attrs.frozen
@@ -46,20 +46,29 @@ class _Counter:
         return first - 1 + block.count(b"\n") + (bool(block) and not block.endswith(b"\n"))
 
 
-def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], str, int]:
+def read_log(log: LogInput, framework: Optional[str] = None,
+             until_ready: Optional[bool] = None) -> tuple[list[F.Fact], str, int]:
     """Every fact in a log, in line order; the framework that printed it; lines read.
 
     Without `framework`, both grammars read every candidate line and the framework whose own
     line kinds the log holds most of is chosen; the other's facts are then dropped.
+    `until_ready` (default: when the log is a pipe) stops reading once a start-up has reached
+    ready or failed and the stream pauses, instead of waiting for the writer to close it.
     """
     if framework is not None and framework not in FRAMEWORKS:
         raise InputError(f"--framework {framework}: one of {', '.join(FRAMEWORKS)}")
-    stream = open_input(path)
+    stream, path, owned = open_log(log)
+    if until_ready or (until_ready is None and LiveStream.wanted(stream)):
+        stream = LiveStream(stream)
     try:
         counter = _Counter(physical_runs(stream))
-        facts = list(read_facts(candidate_runs(counter), framework))
+        facts = []
+        for fact in read_facts(candidate_runs(counter), framework):
+            facts.append(fact)
+            if isinstance(stream, LiveStream) and ends_startup(fact):
+                stream.finish()
     finally:
-        if path != "-":
+        if owned:
             stream.close()
     if counter.count == 0:
         raise InputError(f"{path}: the log is empty")
@@ -73,12 +82,14 @@ def read_log(path: str, framework: Optional[str] = None) -> tuple[list[F.Fact], 
     return facts, chosen, counter.count
 
 
-def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[str] = None,
+def analyse(path: LogInput, *, launch: Optional[int] = None, target_rank: Optional[str] = None,
             token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
             gpu_total_gib: Optional[float] = None, framework: Optional[str] = None,
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None,
-            policy: Optional[F.Policy] = None, what_if: Optional[F.WhatIf] = None) -> Analysis:
-    facts, framework, lines = read_log(path, framework)
+            policy: Optional[F.Policy] = None, what_if: Optional[F.WhatIf] = None,
+            until_ready: Optional[bool] = None) -> Analysis:
+    """The analysis of one log (any form open_log() takes) with the user's side inputs."""
+    facts, framework, lines = read_log(path, framework, until_ready)
     launches = split_launches(facts)
     if launch is not None and not 1 <= launch <= len(launches):
         raise InputError(f"--launch {launch}: the log holds {len(launches)} launch(es)")
@@ -100,7 +111,7 @@ def analyse(path: str, *, launch: Optional[int] = None, target_rank: Optional[st
     firings = run(rules_for(framework), kb)
     if target_rank is not None and not kb.get("target_rank").known:
         raise InputError(f"--target-rank {target_rank}: {kb.get('target_rank').value.reason}")
-    return Analysis(path, framework, tuple(launches), chosen, kb, tuple(firings), lines)
+    return Analysis(log_name(path), framework, tuple(launches), chosen, kb, tuple(firings), lines)
 
 
 def _options_text(target_rank, token_lengths) -> str:

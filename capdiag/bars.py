@@ -35,6 +35,8 @@ STYLE: dict[str, tuple[str, str, str, str, str]] = {
 }
 RESET = "\x1b[0m"
 TEXT_WIDTH = 60
+MIN_TEXT_WIDTH = 20
+ROW_TAIL = 45  # after a bar: `66.20 GiB held of 79.65  ◀ target  ◀ binding`
 EPSILON_GIB = 0.005  # below the log's printed precision: not drawn as a remainder
 
 
@@ -118,6 +120,13 @@ def _paint(category: str, cells: int, color: bool) -> str:
 def legend_key(category: str, color: bool) -> str:
     """How a category appears in the legend: its letter, or its coloured glyph."""
     return _paint(category, 1, color)
+
+
+def bar_cells(report: dict[str, Any], columns: int) -> int:
+    """How many cells a bar gets so that its row (label, bar, figures, markers) fits in
+    `columns`: TEXT_WIDTH when there is room, never fewer than MIN_TEXT_WIDTH."""
+    label = max([len(r.get("label") or "") for r in report.get("ranks", [])] + [4])
+    return max(MIN_TEXT_WIDTH, min(TEXT_WIDTH, columns - label - 5 - ROW_TAIL))
 
 
 def text_bars(report: dict[str, Any], color: bool = False, width: int = TEXT_WIDTH) -> dict[str, Any]:

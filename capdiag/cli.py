@@ -1,6 +1,7 @@
-"""Command line: `capdiag explain LOG` and `capdiag facts LOG`. Wiring only."""
+"""Command line: click wiring over capdiag.api (the same calls a notebook makes); no analysis here."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -11,26 +12,22 @@ from typing import Optional
 import attrs
 import click
 
-from capdiag import __version__, ruledocs
-from capdiag.analysis import analyse, read_log
+from capdiag import __version__, api, batch, ruledocs, terminal
+from capdiag.analysis import read_log
+from capdiag.api import DEFAULT_FAIL_ON
 from capdiag.errors import InputError
 from capdiag.launches import split_launches
-from capdiag.render import FORMATS, render, render_diff, render_plan, render_trace
-from capdiag import gate
-from capdiag.gate import baseline_document, read_baseline
-from capdiag.gate_render import GATE_FORMATS, render_gate, summary_markdown
+from capdiag.render import FORMATS, MANY_FORMATS, render_many
+from capdiag.gating import baseline_document
+from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
 from capdiag.printable import printable
-from capdiag import facts as F
-from capdiag.diffing import diff
-from capdiag.planning import compare_with_log, parse_params, parse_workload, plan, request_from_log
-from capdiag.report import build
 from capdiag.rules.plan import BYTES_PER_WEIGHT
-from capdiag.whatif import KEYS, parse_what_if
+from capdiag.terminal import COLOR_CHOICES
+from capdiag.whatif import KEYS
 from capdiag.rules import find_rule
 
 EXAMPLE_LOG = "sglang-llama31-8b-h100.log"
-DEFAULT_FAIL_ON = "warning"
 
 
 class Lengths(click.ParamType):
@@ -50,16 +47,16 @@ class Lengths(click.ParamType):
         return lengths
 
 
-def _write(text: str, output: Optional[str], colored: bool = False) -> None:
+def _write(text: str, output: Optional[str], color: bool = False) -> None:
     """The output to stdout, or to `output` atomically: written beside it and renamed over it,
     so a full disk or a size limit leaves the old file whole instead of a truncated one. No
     control character reaches either (the renderers already made the input's text printable;
-    this is the last check), but the colours of a text report on a terminal."""
-    text = text if colored else printable(text)
+    this is the last check), but the colours of a text report asked for."""
+    text = text if color else printable(text)
     if not output:
         if sys.stdout is None:
             raise InputError("standard output is closed; give --output FILE")
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=color or None)  # colour asked for is kept, even into a pipe
         return
     target = os.path.abspath(output)
     temp = None
@@ -76,67 +73,126 @@ def _write(text: str, output: Optional[str], colored: bool = False) -> None:
         raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
 
 
-@click.group()
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+@click.group(context_settings=CONTEXT)
 @click.version_option(__version__, prog_name="capdiag")
 def main() -> None:
     """Explains where an LLM server's GPU memory went, from its start-up log."""
 
 
-@main.command()
-@click.argument("log")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
-@click.option("--target-rank", help="Rank to break down: a TP index (3) or tags (tp3, pp1, dp2, pp1,tp0). Default TP0.")
-@click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True,
-              help="Request lengths (tokens) for the concurrency table.")
-@click.option("--gpu", help="GPU alias from references/gpu-specs.json (e.g. h100_sxm, h200, a100_80gb_sxm).")
-@click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB (beats --gpu's reference figure).")
-@click.option("--launch", type=click.IntRange(min=1), help="Which start-up in the file (default: the last that got furthest).")
-@click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection: the log is this framework's.")
-@click.option("--nvidia-smi-file", type=click.Path(dir_okay=False),
-              help="nvidia-smi output: `--query-gpu=index,memory.used,memory.free --format=csv[,noheader]` or the table.")
-@click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (theoretical KV bytes per token).")
-@click.option("--trace", is_flag=True, help="Print the engine's firings (rule, conclusion, premises) to stderr.")
-@click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
-              help="Project the start-up under a changed setting (repeatable): " + ", ".join(KEYS) + ".")
-@click.option("--no-color", is_flag=True,
-              help="No ANSI colours in the text report's bars (also off when NO_COLOR is set or stdout is not a terminal).")
-def explain(log, fmt, output, target_rank, token_lengths, gpu, gpu_total_gib, launch, framework, nvidia_smi_file,
-            config_json, trace, what_if, no_color):
-    """Explain where each GPU's memory went in LOG (a path, - for stdin, or a .gz file)."""
-    a = analyse(log, launch=launch, target_rank=target_rank, token_lengths=token_lengths, gpu=gpu,
-                gpu_total_gib=gpu_total_gib, framework=framework, nvidia_smi=nvidia_smi_file,
-                config_json=config_json, what_if=parse_what_if(what_if))
-    if trace:
-        click.echo(printable(render_trace(a.firings)), err=True, nl=False)
-    color = (fmt == "text" and not output and not no_color and not os.environ.get("NO_COLOR")
-             and sys.stdout is not None and sys.stdout.isatty())
-    _write(render(build(a), fmt, color=color), output, colored=color)
+# ---- the inputs every command that reads logs shares -------------------------------------------
 
+INPUT_OPTIONS = (
+    click.option("--target-rank", help="Rank to break down: a TP index (3) or tags (tp3, pp1, dp2, pp1,tp0). "
+                 "Default TP0."),
+    click.option("--launch", type=click.IntRange(min=1),
+                 help="Which start-up in the file (default: the last that got furthest)."),
+    click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
+                 help="Project the start-up under a changed setting (repeatable): " + ", ".join(KEYS) + "."),
+    click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True,
+                 help="Request lengths (tokens) for the concurrency table."),
+    click.option("--gpu", help="GPU alias from references/gpu-specs.json (e.g. h100_sxm, h200, a100_80gb_sxm)."),
+    click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB (beats --gpu's reference figure)."),
+    click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection: the log is this framework's."),
+    click.option("--nvidia-smi-file", type=click.Path(dir_okay=False),
+                 help="nvidia-smi output: `--query-gpu=index,memory.used,memory.free --format=csv[,noheader]` "
+                      "or the table."),
+    click.option("--config-json", type=click.Path(dir_okay=False),
+                 help="The model's config.json (theoretical KV bytes per token, expected weights)."),
+    click.option("--until-ready/--to-end", "until_ready", default=None,
+                 help="Report as soon as the start-up is ready or failed and the stream pauses, without waiting "
+                      "for it to close (default for a pipe), or read to the end."),
+)
+
+
+def log_inputs(func):
+    """The shared input options, handed to the command as one `inputs` dict (capdiag.api's
+    keyword arguments)."""
+    @functools.wraps(func)
+    def command(*args, target_rank, launch, what_if, token_lengths, gpu, gpu_total_gib, framework, nvidia_smi_file,
+                config_json, until_ready, **kwargs):
+        inputs = {"target_rank": target_rank, "launch": launch, "what_if": what_if, "token_lengths": token_lengths,
+                  "gpu": gpu, "gpu_total_gib": gpu_total_gib, "framework": framework, "nvidia_smi": nvidia_smi_file,
+                  "config_json": config_json, "until_ready": until_ready}
+        return func(*args, inputs=inputs, **kwargs)
+
+    for option in reversed(INPUT_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _stdin_or_refuse(logs: tuple[str, ...]) -> tuple[str, ...]:
+    """The logs named, else standard input when it is a pipe or a file."""
+    if logs:
+        return logs
+    if sys.stdin is None or sys.stdin.isatty():
+        raise InputError("give a LOG (a path, a directory of logs, or - for standard input), or pipe one in")
+    return ("-",)
+
+
+# ---- explain -------------------------------------------------------------------------------
+
+@main.command(context_settings=CONTEXT)
+@click.argument("logs", nargs=-1, metavar="[LOG|DIR]...")
+@click.option("--format", "fmt", type=click.Choice(FORMATS + MANY_FORMATS), default="text", show_default=True,
+              help="One report; or, for many logs, one row (table, csv) or report (jsonl) per log; text is the table "
+                   "for many.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
+@log_inputs
+@click.option("--trace", "trace", multiple=True, is_flag=False, flag_value="", metavar="[RULE,…]",
+              help="Print the engine's firings (each rule's inputs and value) to stderr; with rule names, codes or "
+                   "patterns (breakdown.*), only theirs, and why each did not fire.")
+@click.option("--color", type=click.Choice(COLOR_CHOICES), default="auto", show_default=True,
+              help="Colour the text report's bars and severities (auto: a terminal, and NO_COLOR unset).")
+@click.option("--no-color", is_flag=True, help="The same as --color never.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes for many logs (default: one per core).")
+def explain(logs, fmt, output, inputs, trace, color, no_color, jobs):
+    """Explain where each GPU's memory went in LOG (a path, - or a pipe for stdin, or a .gz file);
+    with several logs or a directory (its *.log and *.log.gz), one row or report per log."""
+    logs = _stdin_or_refuse(logs)
+    if fmt in MANY_FORMATS or len(logs) > 1 or os.path.isdir(logs[0]):
+        _explain_many(logs, fmt, output, inputs, trace, jobs)
+        return
+    report = api.explain(logs[0], **inputs)
+    if trace:
+        wanted = tuple(name.strip() for item in trace for name in item.split(",") if name.strip())
+        _echo_err(report.trace(wanted, width=terminal.width(sys.stderr)))
+    colored = fmt == "text" and not output and terminal.use_color("never" if no_color else color)
+    _write(report.render(fmt, color=colored, width=terminal.width() if not output else None), output, colored)
+
+
+def _explain_many(logs, fmt, output, inputs, trace, jobs):
+    """Many logs: their table, CSV or JSON lines in input order; exit 2 when one could not be read."""
+    if trace:
+        raise InputError("--trace follows one log; give just that one")
+    if fmt not in MANY_FORMATS + ("text",):
+        raise InputError(f"--format {fmt} is one report; for many logs use {', '.join(MANY_FORMATS)}")
+    items = list(batch.explain_many(logs, jobs=jobs, **inputs))
+    _write(render_many(items, "table" if fmt == "text" else fmt), output)
+    for item in items:
+        if item.error:
+            click.echo(f"capdiag: error: {printable(item.error)}", err=True)
+    if any(item.error for item in items):
+        sys.exit(2)
+
+
+def _echo_err(text: str) -> None:
+    click.echo(printable(text), err=True, nl=False)
+
+
+# ---- gate and baseline -----------------------------------------------------------------------
 
 def _gate_options(func):
-    """Options `gate` and `baseline` share with `explain`'s inputs."""
-    for option in reversed((
-            click.option("--policy", type=click.Path(dir_okay=False), help="A capdiag.toml policy."),
-            click.option("--nvidia-smi-file", type=click.Path(dir_okay=False), help="nvidia-smi output (all logs)."),
-            click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (all logs)."),
-            click.option("--gpu", help="GPU alias from references/gpu-specs.json."),
-            click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB."),
-            click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection."),
-    )):
-        func = option(func)
-    return func
+    """The policy and deployment name, and the inputs `gate` and `baseline` share with `explain`."""
+    func = log_inputs(func)
+    func = click.option("--deployment", help="Name the deployment the logs come from (part of every fingerprint; "
+                                             "beats the policy's `deployment`).")(func)
+    return click.option("--policy", type=click.Path(dir_okay=False), help="A capdiag.toml policy.")(func)
 
 
-def _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on=None, baseline=None):
-    loaded = load_policy(policy) if policy else None
-    level = fail_on or (loaded.fail_on if loaded else None) or DEFAULT_FAIL_ON
-    entries = read_baseline(baseline) if baseline else None
-    return gate.run(list(logs), fail_on=level, baseline=entries, policy=loaded, nvidia_smi=nvidia_smi_file,
-                    config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, framework=framework)
-
-
-@main.command("gate")
+@main.command("gate", context_settings=CONTEXT)
 @click.argument("logs", nargs=-1, required=True)
 @_gate_options
 @click.option("--fail-on", type=click.Choice(SEVERITIES), help=f"Lowest severity that fails (default: the policy's, "
@@ -144,29 +200,51 @@ def _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, fra
 @click.option("--format", "fmt", type=click.Choice(GATE_FORMATS), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--baseline", type=click.Path(dir_okay=False), help="Accept the findings this baseline lists.")
+@click.option("--repo-root", "--sarif-root", "repo_root", type=click.Path(file_okay=False),
+              help="Make the log paths in SARIF, GitLab and GitHub output relative to this repository root.")
+@click.option("--fail-on-unknown", is_flag=True,
+              help="A rule at or above --fail-on that could not judge (its inputs are unknown) fails the gate too.")
 @click.option("--exit-zero", is_flag=True, help="Report, but exit 0 even when the gate fails (input errors still exit 2).")
-def gate_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, fmt, output,
-                 baseline, exit_zero):
+def gate_command(logs, policy, deployment, inputs, fail_on, fmt, output, baseline, repo_root, fail_on_unknown,
+                 exit_zero):
     """Gate a deploy on the start-up logs: exit 0 pass, 1 a finding at or above --fail-on, 2 input error."""
-    verdict = _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, fail_on, baseline)
-    _write(render_gate(verdict, fmt), output)
+    result = api.gate(logs, fail_on=fail_on, policy=policy, baseline=baseline, deployment=deployment,
+                      fail_on_unknown=fail_on_unknown, **inputs)
+    _write(result.render(fmt, repo_root), output)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if fmt == "github" and summary:
         try:
             with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(summary_markdown(verdict))
+                fh.write(summary_markdown(result.verdict))
         except OSError as exc:
             raise InputError(f"GITHUB_STEP_SUMMARY {summary}: cannot be written ({exc.strerror})") from None
-    sys.exit(verdict.exit_code(exit_zero))
+    sys.exit(result.exit_code(exit_zero))
 
 
-@main.command("baseline")
+@main.command("check-policy", context_settings=CONTEXT)
+@click.argument("policies", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def check_policy(policies):
+    """Validate capdiag.toml policies (the pre-commit hook): exit 2 naming the first mistake of each."""
+    bad = 0
+    for path in policies:
+        try:
+            loaded = load_policy(path)
+        except InputError as exc:
+            click.echo(f"capdiag: error: {printable(str(exc))}", err=True)
+            bad += 1
+            continue
+        click.echo(printable(f"{path}: ok ({len(loaded.rules)} rule setting(s), fail-on {loaded.fail_on or DEFAULT_FAIL_ON})"))
+    if bad:
+        sys.exit(2)
+
+
+@main.command("baseline", context_settings=CONTEXT)
 @click.argument("logs", nargs=-1, required=True)
 @_gate_options
 @click.option("--output", "-o", type=click.Path(dir_okay=False), required=True, help="The baseline file to write.")
-def baseline_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework, output):
+def baseline_command(logs, policy, deployment, inputs, output):
     """Write a baseline that accepts every finding the logs raise now."""
-    verdict = _verdict(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_gib, framework)
+    verdict = api.gate(logs, policy=policy, deployment=deployment, **inputs).verdict
     if verdict.errors:
         raise InputError(verdict.errors[0].error)
     document = baseline_document(verdict)
@@ -174,11 +252,18 @@ def baseline_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_
     click.echo(printable(f"capdiag: wrote {len(document['entries'])} baseline entries to {output}"), err=True)
 
 
-@main.command("plan")
+@main.command("plan", context_settings=CONTEXT)
 @click.option("--config-json", type=click.Path(dir_okay=False), help="The model's config.json (shape, parameters).")
-@click.option("--params", help="Parameter count, e.g. 70B (instead of counting from config.json).")
-@click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)), default="bf16", show_default=True)
-@click.option("--kv-dtype", default="bf16", show_default=True, help="KV cache dtype: bf16, fp16, fp8.")
+@click.option("--model", metavar="ORG/NAME", help="A Hugging Face model id: its config.json (and exact weight bytes) "
+              "through huggingface_hub (its cache, HF_TOKEN, HF_HUB_OFFLINE).")
+@click.option("--params", help="Parameter count: 70B, 7.5B or 7e10 (instead of counting from config.json).")
+@click.option("--layers", type=click.IntRange(min=1), help="Without a config.json: layers holding KV.")
+@click.option("--kv-heads", type=click.IntRange(min=1), help="Without a config.json: KV heads.")
+@click.option("--head-dim", type=click.IntRange(min=1), help="Without a config.json: the head dimension.")
+@click.option("--hidden", type=click.IntRange(min=1), help="Without a config.json: hidden size (activation estimate).")
+@click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)),
+              help="Weight dtype (default: as --from-log states, else the checkpoint's with --model, else bf16).")
+@click.option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: as --from-log states, else bf16).")
 @click.option("--context", "contexts", type=Lengths(), help="Context lengths for the concurrency table, e.g. 8192,32768.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Requests at --context (the first one) to size KV for.")
 @click.option("--workload", "workloads", multiple=True, help="A mix CONTEXTxCOUNT, e.g. 8192x16 (repeatable).")
@@ -186,7 +271,7 @@ def baseline_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_
 @click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs available (the largest TP tried).")
 @click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel size to plan for (default --gpus or 1).")
-@click.option("--framework", type=click.Choice(("sglang", "vllm")), default="sglang", show_default=True)
+@click.option("--framework", type=click.Choice(("sglang", "vllm")), help="sglang (default) or vllm.")
 @click.option("--fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="mem_fraction_static / gpu_memory_utilization (default 0.9).")
 @click.option("--headroom", type=click.FloatRange(0, 0.9), default=0.15, show_default=True,
@@ -195,48 +280,23 @@ def baseline_command(logs, policy, nvidia_smi_file, config_json, gpu, gpu_total_
 @click.option("--from-log", type=click.Path(dir_okay=False), help="Fill the worksheet from a start-up log and compare.")
 @click.option("--format", "fmt", type=click.Choice(("text", "markdown", "json")), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False))
-def plan_command(config_json, params, weight_dtype, kv_dtype, contexts, concurrency, workloads, gpu, gpu_total_gib, gpus,
-                 tp, framework, fraction, headroom, training, from_log, fmt, output):
+def plan_command(fmt, output, **options):
     """The pre-deploy worksheet: will the model fit, at which TP, with how many requests."""
-    analysis = None
-    if from_log:
-        analysis = analyse(from_log, gpu=gpu, gpu_total_gib=gpu_total_gib, config_json=config_json)
-        request = request_from_log(analysis, parse_params(params))
-    else:
-        mixes = tuple(parse_workload(w) for w in workloads)
-        if concurrency:
-            if not contexts:
-                raise InputError("--concurrency needs --context")
-            mixes += ((contexts[0], concurrency),)
-        request = F.PlanRequest(evidence=F.Evidence(F.INPUT_LINE, "capdiag plan", 0, "input"),
-                                params=parse_params(params), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                workloads=mixes, contexts=tuple(contexts or ()), gpus=gpus, tp=tp, framework=framework,
-                                fraction=fraction, headroom=headroom, training=training)
-    if request.params is None and not config_json:
-        raise InputError("give --params or --config-json")
-    report = plan(request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib)
-    if analysis is not None:
-        report["from_log"] = {"path": from_log, "comparison": compare_with_log(report, analysis)}
-    _write(render_plan(report, fmt), output)
+    _write(api.plan(**options).render(fmt), output)
 
 
-@main.command("diff")
+@main.command("diff", context_settings=CONTEXT)
 @click.argument("before")
 @click.argument("after")
 @click.option("--format", "fmt", type=click.Choice(("text", "markdown", "json")), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False))
-@click.option("--target-rank", help="Rank to compare (as for explain). Default TP0.")
-@click.option("--gpu", help="GPU alias from references/gpu-specs.json (both logs).")
-@click.option("--gpu-total-gib", type=float)
-@click.option("--config-json", type=click.Path(dir_okay=False))
-def diff_command(before, after, fmt, output, target_rank, gpu, gpu_total_gib, config_json):
+@log_inputs
+def diff_command(before, after, fmt, output, inputs):
     """Compare two start-ups: configuration, memory per category, capacity, findings."""
-    options = {"target_rank": target_rank, "gpu": gpu, "gpu_total_gib": gpu_total_gib, "config_json": config_json}
-    report = diff(analyse(before, **options), analyse(after, **options))
-    _write(render_diff(report, fmt), output)
+    _write(api.diff(before, after, **inputs).render(fmt), output)
 
 
-@main.command()
+@main.command(context_settings=CONTEXT)
 @click.argument("name", required=False)
 @click.option("--markdown", is_flag=True, help="Print the documentation of every rule as markdown (docs/rules.md).")
 def rules(name, markdown):
@@ -252,22 +312,22 @@ def rules(name, markdown):
         _write(ruledocs.listing(), None)
 
 
-@main.command()
+@main.command(context_settings=CONTEXT)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.pass_context
 def example(ctx, fmt):
     """Explain the example log shipped with capdiag (Llama-3.1-8B on one H100)."""
     path = resources.files("capdiag").joinpath("examples", EXAMPLE_LOG)
     with resources.as_file(path) as log:
-        ctx.invoke(explain, log=str(log), fmt=fmt, gpu="h100_sxm")
+        ctx.invoke(explain, logs=(str(log),), fmt=fmt, gpu="h100_sxm")
 
 
-@main.command()
-@click.argument("log")
+@main.command(context_settings=CONTEXT)
+@click.argument("log", required=False)
 @click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
 def facts(log, fmt):
-    """List every typed fact read from LOG, with its launch and line."""
-    found, _, _ = read_log(log)
+    """List every typed fact read from LOG (or a pipe on stdin), with its launch and line."""
+    found, _, _ = read_log(_stdin_or_refuse((log,) if log else ())[0])
     launches = split_launches(found)
     rows = [(launch.index, fact) for launch in launches for fact in launch.facts]
     if fmt == "json":

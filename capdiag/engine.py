@@ -63,9 +63,8 @@ class Rule:
     code: Optional[str] = None  # set for rules that raise findings, e.g. "CD101"
     severity: Optional[str] = None  # their default severity
     thresholds: dict = attrs.field(factory=dict, hash=False)
-    # inputs without which the rule cannot judge ("nvidia-smi", "config.json"), and the
-    # frameworks it applies to (empty: both)
-    needs: tuple = ()
+    # the frameworks it applies to (empty: both); a rule that cannot judge for want of an
+    # input says so itself, by concluding `not_judged`
     frameworks: tuple = ()
     # what the rule reads and what it concludes: fact classes, and "topic" or "topic:key"
     # strings ("?" at the end marks an optional read); the engine orders rules from these
@@ -83,10 +82,10 @@ class Rule:
 
 
 def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
-         thresholds: Optional[dict] = None, needs: tuple = (), frameworks: tuple = (),
+         thresholds: Optional[dict] = None, frameworks: tuple = (),
          reads: tuple = (), concludes: tuple = ()) -> Callable[[Callable], Rule]:
     def wrap(func: Callable) -> Rule:
-        return Rule(name, func, code, severity, dict(thresholds or {}), tuple(needs), tuple(frameworks),
+        return Rule(name, func, code, severity, dict(thresholds or {}), tuple(frameworks),
                     tuple(reads), tuple(concludes))
     return wrap
 

@@ -18,6 +18,7 @@ from typing import Iterable, Optional
 import attrs
 
 from capdiag import facts as F
+from capdiag.failures import RootCause, failure_of
 from capdiag.parsing import with_launch
 
 _MAIN_PROCESS = (F.ServerArgs, F.ModelPathHint, F.LaunchCommand, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig,
@@ -28,6 +29,11 @@ _NEUTRAL = _MAIN_PROCESS + (F.UnreadLine,)
 _OPENERS = (F.ServerArgs, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig)
 _FAILURES = (F.SchedulerException, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError)
 
+
+def ends_startup(fact: F.Fact) -> bool:
+    """Whether a fact says a start-up is over: the server is ready, or it failed."""
+    return fact.PHASE == "ready" or isinstance(fact, _FAILURES) or (
+        isinstance(fact, F.VllmStartupMemory) and bool(fact.error))
 
 
 @attrs.frozen
@@ -41,13 +47,17 @@ class Launch:
         return F.PHASES[max(reached)] if reached else "init"
 
     @property
+    def root_cause(self) -> Optional[RootCause]:
+        """The root cause of the launch's failure (capdiag/failures.py); for a launch that
+        became ready, of a failure after its ready line only."""
+        return failure_of(self.facts)
+
+    @property
     def failure(self) -> Optional[F.Fact]:
-        """The line that says why the start-up failed: a stated cause (out of memory, a vLLM
-        error with its reason) before a bare crash marker."""
-        causes = [f for f in self.facts if isinstance(f, (F.OutOfMemory, F.NotEnoughMemory))
-                  or (isinstance(f, F.VllmStartupMemory) and f.error)
-                  or (isinstance(f, F.VllmStartupError) and f.reason != "engine-failed")]
-        return causes[0] if causes else next((f for f in self.facts if isinstance(f, _FAILURES)), None)
+        """The line of the root cause: the first exception that is not a consequence of
+        another. None when the log shows no failure, or only consequences of one."""
+        cause = self.root_cause
+        return cause.line if cause is not None else None
 
     @property
     def first_line(self) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+import attrs
+
 from capdiag import facts as F
 from capdiag.analysis import Analysis
 from capdiag.engine import Knowledge, Unknown, run
@@ -16,6 +18,7 @@ from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.rules import PLAN
 from capdiag.rules.kv_theory import element_size
+from capdiag.rules.plan import BYTES_PER_WEIGHT
 
 BUCKETS = ("weights", "kv_cache", "activation", "framework", "headroom", "training_state")
 SCHEMA = "capdiag.plan/1"
@@ -33,10 +36,34 @@ def parse_params(text: Optional[str]) -> Optional[float]:
     try:
         count = float(raw[:-1]) * scale[raw[-1]] if raw[-1] in scale else float(raw)
     except (ValueError, IndexError):
-        count = math.nan
-    if not 1 <= count <= MAX_PARAMS:  # also refuses nan
-        raise InputError(f"--params {text}: use a positive count like 70B, 7.5B or 405e9 (at most 1000T)")
+        raise InputError(f"--params {text}: use a count like 70B, 7.5B or 405e9") from None
+    if not 0 < count <= MAX_PARAMS:  # also refuses nan and inf
+        raise InputError(f"--params {text}: a positive count like 70B, 7.5B or 405e9 (at most 1000T)")
+    if raw[-1] not in scale and count < MIN_BARE_PARAMS:
+        mantissa, exponent = f"{count * 1e9:e}".split("e")
+        raise InputError(f"--params {text}: a bare number counts single parameters; for {text} billion write "
+                         f"{text}B or {mantissa.rstrip('0').rstrip('.')}e{int(exponent)}")
     return count
+
+
+MIN_BARE_PARAMS = 1e6  # a bare --params below this is a count in billions written without its B
+
+
+def shape_config(layers: Optional[int], kv_heads: Optional[int], head_dim: Optional[int],
+                 hidden: Optional[int]) -> Optional[F.ModelConfig]:
+    """The shape given on the command line (`--layers --kv-heads --head-dim`, and `--hidden` for
+    the activation estimate) as the fact a config.json would give; None when none is given."""
+    given = {"--layers": layers, "--kv-heads": kv_heads, "--head-dim": head_dim, "--hidden": hidden}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [k for k in ("--layers", "--kv-heads", "--head-dim") if given[k] is None]
+    if missing:
+        raise InputError(f"sizing the KV cache without a config.json needs {', '.join(missing)}")
+    fields = {"num_hidden_layers": layers, "num_key_value_heads": kv_heads, "head_dim": head_dim}
+    if hidden is not None:
+        fields["hidden_size"] = hidden
+    text = " ".join(f"{k} {v}" for k, v in given.items() if v is not None)
+    return F.ModelConfig(evidence=F.Evidence(F.INPUT_LINE, text, 0, "input"), fields=fields)
 
 
 def parse_workload(text: str) -> tuple[int, int]:
@@ -52,16 +79,69 @@ def parse_workload(text: str) -> tuple[int, int]:
 
 
 def plan(request: F.PlanRequest, *, config_json: Optional[str] = None, gpu: Optional[str] = None,
-         gpu_total_gib: Optional[float] = None) -> dict[str, Any]:
-    facts: list[F.Fact] = [request]
+         gpu_total_gib: Optional[float] = None, model: Optional[F.ModelConfig] = None,
+         weights: Optional[F.ModelWeights] = None) -> dict[str, Any]:
+    """The worksheet for `request`; the model's shape from `config_json` (a path) or `model`
+    (from the Hub or the command line), its checkpoint's bytes from `weights`. When the
+    deployment does not fit, the nearest ones that do (more GPUs, smaller weight or KV dtype)."""
+    inputs: list[F.Fact] = [f for f in (model, weights) if f is not None]
     if config_json is not None:
-        facts.append(read_model_config(config_json))
+        inputs.append(read_model_config(config_json))
     if element_size(request.kv_dtype) is None:
         raise InputError(f"--kv-dtype {request.kv_dtype}: bf16, fp16 or fp8")
-    facts.extend(gpu_input_facts(gpu, gpu_total_gib, ()))
-    kb = Knowledge(tuple(facts))
+    inputs.extend(gpu_input_facts(gpu, gpu_total_gib, ()))
+    kb = _worksheet(request, inputs)
+    report = build_plan(kb, request)
+    report["fitting_alternatives"] = (_alternatives(request, inputs, kb) if report["verdict"] == "does not fit"
+                                      else [])
+    return report
+
+
+def _worksheet(request: F.PlanRequest, inputs: list[F.Fact]) -> Knowledge:
+    kb = Knowledge((request, *inputs))
     run(PLAN, kb)
-    return build_plan(kb, request)
+    return kb
+
+
+# what "does not fit" tries instead: more GPUs (TP), then a smaller weight dtype, then fp8 KV
+ALTERNATIVE_WEIGHT_DTYPES = ("fp8", "int4")
+ALTERNATIVE_KV_DTYPES = ("fp8",)
+MAX_ALTERNATIVES = 5
+
+
+def _alternatives(request: F.PlanRequest, inputs: list[F.Fact], kb: Knowledge) -> list[dict[str, Any]]:
+    """The nearest deployments that fit: for each weight and KV dtype (the request's, or a
+    smaller one), the fewest GPUs (TP) that fit — a TP the model's attention heads divide, when
+    they are known; fewest changes first, then fewest GPUs. A weight dtype is only tried when
+    the weights are sized from parameters (a checkpoint's stored bytes hold one dtype)."""
+    from capdiag.rules.plan import TP_CHOICES
+
+    params_known = kb.value("plan", "parameters") is not None
+    weight_dtypes = (request.weight_dtype,) + tuple(
+        d for d in ALTERNATIVE_WEIGHT_DTYPES if params_known and not request.weights_as_stored
+        and BYTES_PER_WEIGHT[d] < BYTES_PER_WEIGHT.get(request.weight_dtype.lower(), 2))
+    kv_dtypes = (request.kv_dtype,) + tuple(d for d in ALTERNATIVE_KV_DTYPES
+                                            if element_size(d) < element_size(request.kv_dtype))
+    model = kb.first(F.ModelConfig, role=None)
+    heads = model.fields.get("num_attention_heads") if model is not None else None
+    tp = request.tp or request.gpus or 1
+    found = []
+    for weight_dtype in weight_dtypes:
+        for kv_dtype in kv_dtypes:
+            for candidate_tp in (t for t in TP_CHOICES if t >= tp and (not heads or heads % t == 0)):
+                changes = [f"{what} {old} → {new}" for what, old, new in
+                           (("GPUs (TP)", tp, candidate_tp), ("weight dtype", request.weight_dtype, weight_dtype),
+                            ("KV dtype", request.kv_dtype, kv_dtype)) if old != new]
+                trial = attrs.evolve(request, tp=candidate_tp, gpus=max(candidate_tp, request.gpus or 1),
+                                     weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+                verdict = _worksheet(trial, inputs).get("plan", "verdict")
+                if changes and verdict is not None and verdict.known and verdict.value["verdict"] == "fits":
+                    found.append({"tp": candidate_tp, "gpus": trial.gpus, "weight_dtype": weight_dtype,
+                                  "kv_dtype": kv_dtype, "need_gib_per_gpu": verdict.value["need_gib"],
+                                  "changes": changes})
+                    break  # more GPUs fit too; the fewest is the nearest
+    found.sort(key=lambda a: (len(a["changes"]), a["gpus"]))
+    return found[:MAX_ALTERNATIVES]
 
 
 def build_plan(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
@@ -80,7 +160,7 @@ def build_plan(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
                    "workloads": [{"context": c, "requests": n} for c, n in request.workloads],
                    "contexts": list(request.contexts), "gpus": request.gpus, "tp": request.tp or request.gpus or 1,
                    "framework": request.framework, "fraction": request.fraction, "headroom": request.headroom,
-                   "training": request.training},
+                   "training": request.training, "weights_as_stored": request.weights_as_stored},
         "parameters": value("parameters"),
         "kv_bytes_per_token": value("kv_per_token"),
         "kv_derivation": derivation(kb.get("plan", "kv_per_token")) if kb.get("plan", "kv_per_token") else None,
@@ -104,13 +184,16 @@ def build_plan(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
 
 def _totals(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
     """Whole-model figures (all GPUs together), as the worksheet publishes them."""
-    from capdiag.rules.plan import BYTES_PER_WEIGHT, TRAINING_BYTES
+    from capdiag.rules.plan import TRAINING_BYTES
 
     params = kb.get("plan", "parameters")
     per_token = kb.get("plan", "kv_per_token")
     tp = request.tp or request.gpus or 1
     out: dict[str, Any] = {}
-    if params is not None and params.known:
+    stored = kb.first(F.ModelWeights, role=None)
+    if request.weights_as_stored and stored is not None:
+        out["weights_gib"] = round(stored.total_bytes / (1 << 30), 2)
+    elif params is not None and params.known:
         out["weights_gib"] = round(params.value * BYTES_PER_WEIGHT.get(request.weight_dtype.lower(), 2) / (1 << 30), 2)
         if request.training == "full":
             out["training_gib"] = round(params.value * TRAINING_BYTES["full"] / (1 << 30), 2)

@@ -1,6 +1,8 @@
 """A gate policy (capdiag.toml) → a validated Policy fact.
 
     fail-on = "warning"              # info | warning | error: the lowest severity that fails
+    fail-on-unknown = true           # a rule that could not judge (inputs unknown) fails too
+    deployment = "chat-prod-eu"      # names the deployment in every finding's fingerprint
 
     [rules.thin-headroom]            # a rule by slug or code
     severity = "error"               # override its findings' severity
@@ -59,11 +61,18 @@ def load_policy(path: str) -> F.Policy:
         raise InputError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
 
     for key in data:
-        if key not in ("fail-on", "rules"):
-            fail(f"unknown key {key!r} (expected fail-on or [rules.NAME] tables)", None, key)
+        if key not in ("fail-on", "fail-on-unknown", "deployment", "rules"):
+            fail(f"unknown key {key!r} (expected fail-on, fail-on-unknown, deployment or [rules.NAME] tables)",
+                 None, key)
     fail_on = data.get("fail-on")
     if fail_on is not None and fail_on not in SEVERITIES:
         fail(f"fail-on must be one of {', '.join(SEVERITIES)}, not {fail_on!r}", None, "fail-on")
+    fail_on_unknown = data.get("fail-on-unknown")
+    if fail_on_unknown is not None and not isinstance(fail_on_unknown, bool):
+        fail(f"fail-on-unknown must be true or false, not {fail_on_unknown!r}", None, "fail-on-unknown")
+    deployment = data.get("deployment")
+    if deployment is not None and (not isinstance(deployment, str) or not deployment.strip()):
+        fail(f"deployment must be a non-empty string, not {deployment!r}", None, "deployment")
     rules: dict[str, dict[str, Any]] = {}
     tables = data.get("rules", {})
     if not isinstance(tables, dict):
@@ -99,4 +108,5 @@ def load_policy(path: str) -> F.Policy:
                 known = ", ".join(["enabled", "severity", *r.thresholds])
                 fail(f"unknown key {key!r} for rule {r.name} (known: {known})", table, key)
         rules[r.name] = settings
-    return F.Policy(evidence=F.Evidence(F.INPUT_LINE, f"policy {path}", 0, "policy"), rules=rules, fail_on=fail_on)
+    return F.Policy(evidence=F.Evidence(F.INPUT_LINE, f"policy {path}", 0, "policy"), rules=rules, fail_on=fail_on,
+                    fail_on_unknown=fail_on_unknown, deployment=deployment)

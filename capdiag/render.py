@@ -2,6 +2,8 @@
 chooses the template and supplies formatting filters, and the pictures' numbers (capdiag.bars)."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 from functools import lru_cache
 from typing import Any
@@ -10,8 +12,10 @@ import jinja2
 
 from capdiag import bars
 from capdiag.printable import printable_data
+from capdiag.terminal import DEFAULT_WIDTH, for_terminal, wrap
 
 FORMATS = ("text", "markdown", "json", "html")
+MANY_FORMATS = ("table", "jsonl", "csv")  # one row or line per log: for many logs (text means table there)
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -47,24 +51,24 @@ def _env() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
     env.filters.update(num=_num, clip=_clip, md=_md, line_anchor=bars.line_anchor)
-    env.globals.update(text_bars=bars.text_bars, html_view=bars.html_view)
+    env.globals.update(text_bars=bars.text_bars, bar_cells=bars.bar_cells, html_view=bars.html_view)
     return env
 
 
-def render(report: dict[str, Any], fmt: str, color: bool = False) -> str:
-    """The report in `fmt`; `color` paints the text report's bars with ANSI colours (the CLI
-    asks for it only when stdout is a terminal and NO_COLOR is unset)."""
+def render(report: dict[str, Any], fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
+    """The report in `fmt`. The text report is wrapped to `width` columns (log lines quoted in
+    it are cut to one line); `color` paints its bars and severities with ANSI colours."""
     report = printable_data(report)
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    return _env().get_template(f"{fmt}.j2").render(r=report, color=color)
+    text = _env().get_template(f"{fmt}.j2").render(r=report, color=color, width=width)
+    return for_terminal(text, width, color) if fmt == "text" else text
 
 
-def render_trace(firings) -> str:
-    """One block per firing, in order: rule → conclusion, then the premises it rests on."""
-    from capdiag.report import trace_rows
-
-    return _env().get_template("trace.j2").render(rows=printable_data(trace_rows(firings)))
+def render_trace(rows: list[dict[str, Any]], width: int = DEFAULT_WIDTH) -> str:
+    """One block per firing, in order: rule → conclusion, its inputs; then the rules asked
+    about that did not fire, with what they needed (report.trace_rows)."""
+    return wrap(_env().get_template("trace.j2").render(rows=printable_data(rows), width=width), width)
 
 
 def render_plan(report: dict[str, Any], fmt: str) -> str:
@@ -79,3 +83,27 @@ def render_diff(report: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template("diff.md.j2" if fmt == "markdown" else "diff.txt.j2").render(d=report)
+
+
+def render_many(items, fmt: str) -> str:
+    """Many logs' outcomes (batch.Item, in order): `jsonl` one report per line (an error as
+    {"schema": "capdiag.error/1", "path", "error"}), `csv` the summary rows, `table` for a
+    terminal (summary.txt.j2)."""
+    from capdiag.batch import SUMMARY_COLUMNS, TABLE_HEADINGS, summary_row, table_cells
+
+    if fmt == "jsonl":
+        return "".join(json.dumps(i.report if i.report is not None else
+                                  {"schema": "capdiag.error/1", "path": i.path, "error": i.error},
+                                  ensure_ascii=False) + "\n" for i in items)
+    rows = [summary_row(i) for i in items]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, SUMMARY_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
+    cells = [table_cells(row) for row in rows]
+    widths = {key: max([len(heading)] + [len(c[key]) for c in cells]) for key, heading in TABLE_HEADINGS.items()}
+    table = _env().get_template("summary.txt.j2").render(headings=TABLE_HEADINGS, rows=cells, widths=widths,
+                                                         upper_bound=any(r["concurrency_upper_bound"] for r in rows))
+    return "\n".join(line.rstrip() for line in table.split("\n"))

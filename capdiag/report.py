@@ -5,14 +5,16 @@ templates read the same object. Nothing here decides anything a rule did not con
 """
 from __future__ import annotations
 
+import fnmatch
 from typing import Any, Optional
 
 from capdiag import facts as F
 from capdiag.analysis import Analysis
-from capdiag.engine import Derived, Finding, Unknown, evidence_chain
+from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, evidence_chain
 from capdiag.observed import observed_by_rank, with_contract_keys
 from capdiag.parsing import framework_of
 from capdiag.rules import FINDING_RULES
+from capdiag.rules.stand_in import STAND_IN_KINDS
 
 SCHEMA = "capdiag.report/1"
 CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
@@ -36,10 +38,12 @@ def _reason(d: Optional[Derived]) -> Optional[str]:
 
 
 def where(e: F.Evidence) -> str:
-    """`line 12` in the log, `nvidia-smi line 3`, `config.json`, or `input` (command line, references)."""
+    """`line 12` in the log, `nvidia-smi line 3`, `config.json`, or `input` (command line, references);
+    a damaged line says how far it was read."""
     if e.line == F.INPUT_LINE:
         return "input" if e.source in ("input", "log") else e.source
-    return f"line {e.line}" if e.source == "log" else f"{e.source} line {e.line}"
+    damage = f" (damaged: read up to column {e.read_to})" if e.read_to is not None else ""
+    return (f"line {e.line}" if e.source == "log" else f"{e.source} line {e.line}") + damage
 
 
 def evidence(d: Derived) -> list[dict[str, Any]]:
@@ -99,6 +103,19 @@ RANK_COLUMNS = {
              ("non-torch", ("non_torch_memory_gib",)), ("total", ("total_gpu_memory_gib",)),
              ("KV tokens", ("kv_cache_tokens",))),
 }
+
+
+def target_observed(kb, facts: list[F.Fact], per_rank: dict, target: Optional[tuple]) -> dict[str, Any]:
+    """The target rank's printed figures, and where it printed none of a kind, the figures of the
+    rank that stands in for it (rules/stand_in.py); `stand_ins` says which."""
+    own = dict(per_rank.get(target, {})) if target is not None else {}
+    for kind in STAND_IN_KINDS:
+        stand = kb.get("stand_in", kind.__name__)
+        if stand is not None and stand.known:
+            lines = [f for f in facts if isinstance(f, kind) and f.rank.key() == stand.value]
+            for key, value in observed_by_rank(lines).get(stand.value, {}).items():
+                own.setdefault(key, value)
+    return own
 
 
 def build(a: Analysis) -> dict[str, Any]:
@@ -164,6 +181,11 @@ def build(a: Analysis) -> dict[str, Any]:
                          "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
                          "detail": d.detail})
 
+    fired = {f["rule"] for f in findings}
+    not_judged = [{"rule": d.key, "code": _rule_code(d.key), "reason": d.value.reason, "evidence": evidence(d)}
+                  for d in sorted(kb.topic("not_judged"), key=lambda d: _rule_code(d.key) or d.key)
+                  if d.key not in fired]
+
     budget = kb.get("breakdown", "budget")
     check = kb.get("concurrency_check")
     kv_keys = [k for k in ("tokens", "bytes_per_token", "theoretical_bytes_per_token", "dtype", "budget_gib",
@@ -204,7 +226,10 @@ def build(a: Analysis) -> dict[str, Any]:
                 "total_source": (total_d.detail.get("source") if total_d is not None and total_d.known else None),
                 "total_derivation": total_d.formula if total_d is not None and total_d.known else _reason(total_d)},
         "target_rank": _label_of(target, tagged) if target is not None else None,
-        "observed": with_contract_keys(per_rank.get(target, {}) if target is not None else {}, a.framework),
+        "observed": with_contract_keys(target_observed(kb, facts, per_rank, target), a.framework),
+        "stand_ins": [{"kind": STAND_IN_KINDS[kind], "rank": d.detail.get("rank") if d.known else None,
+                       "derivation": d.formula if d.known else _reason(d)}
+                      for kind in STAND_IN_KINDS if (d := kb.get("stand_in", kind.__name__)) is not None],
         "ranks": ranks,
         "rank_columns": [heading for heading, _ in shown],
         "binding_rank": None if binding is None else {"label": binding.value, "derivation": binding.formula,
@@ -232,6 +257,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "concurrency": concurrency,
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,
+        "not_judged": not_judged,
         "framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
                                 "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
                                for f in facts if framework_of(f) == a.framework],
@@ -269,14 +295,62 @@ def _rule_code(name: str) -> Optional[str]:
     return next((r.code for r in FINDING_RULES if r.name == name), None)
 
 
-def trace_rows(firings) -> list[dict[str, Any]]:
-    """The engine's firings as rows for the trace template."""
+def _shown(d: Derived) -> str:
+    """A conclusion's value as the trace prints it: a finding by severity and title."""
+    if isinstance(d, Finding):
+        return f"[{d.severity.upper()}] {d.title}"
+    return str(_value(d)) if d.known else f"unknown: {_reason(d)}"
+
+
+def _premise(p: Premise) -> str:
+    if isinstance(p, Derived):
+        return f"{p.topic}.{p.key} = {_shown(p)}"
+    return f"{p.kind} ({where(p.evidence)}): {p.evidence.text}"
+
+
+def trace_rows(firings, rules=(), kb: Optional[Knowledge] = None, wanted: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The engine's firings as rows for the trace template: each with the inputs the rule was
+    handed and the value it concluded; then, for each rule asked about (all when `wanted` is
+    empty) that concluded nothing, what it needed and did not have."""
+    chosen = [r for r in rules if rule_wanted(r, wanted)]
+    names = {r.name for r in chosen} if wanted else None
     rows = []
     for n, firing in enumerate(firings, start=1):
+        if (names is not None and firing.rule not in names) or firing.conclusion.topic == "not_judged":
+            continue  # a rule that could not judge is listed with those that did not fire
         d = firing.conclusion
-        premises = [(f"{p.topic}.{p.key}" if isinstance(p, Derived) else f"{p.kind} ({where(p.evidence)})")
-                    for p in d.premises]
-        rows.append({"n": n, "rule": firing.rule, "topic": d.topic, "key": d.key,
-                     "value": _value(d) if d.known else f"unknown: {_reason(d)}", "formula": d.formula,
-                     "premises": premises})
+        rows.append({"n": n, "rule": firing.rule, "topic": d.topic, "key": d.key, "value": _shown(d),
+                     "formula": d.formula, "premises": [_premise(p) for p in d.premises], "needs": None})
+    judged = {f.rule for f in firings if f.conclusion.topic != "not_judged"}
+    for r in chosen:
+        if r.name in judged or kb is None:
+            continue
+        said = kb.get("not_judged", r.name)
+        needs = [said.value.reason.removeprefix("needs ")] if said is not None else unmet_needs(r, kb)
+        rows.append({"n": None, "rule": r.name, "needs": needs, "declared": bool(r.reads) or said is not None})
     return rows
+
+
+def rule_wanted(r: Rule, wanted: tuple[str, ...]) -> bool:
+    """Whether a rule matches one of `wanted`: its name, its code, or a shell pattern (`breakdown.*`)."""
+    return not wanted or any(fnmatch.fnmatch(r.name, w.lower()) or (r.code or "").lower() == w.lower()
+                             for w in wanted)
+
+
+def unmet_needs(r: Rule, kb: Knowledge) -> list[str]:
+    """What a rule that did not fire declares it reads and the knowledge does not hold."""
+    missing = []
+    for read in r.reads:
+        if isinstance(read, str) and read.endswith("?"):
+            continue
+        if isinstance(read, type):
+            if not kb.of(read, role=None):
+                missing.append(f"a {read.__name__} line")
+            continue
+        topic, _, key = read.partition(":")
+        found = [d for d in kb.topic(topic) if not key or str(d.key) == key]
+        if not found:
+            missing.append(read.replace(":", "."))
+        elif not any(d.known for d in found):
+            missing.append(f"{read.replace(':', '.')} (unknown: {_reason(found[0])})")
+    return missing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from capdiag import RULES_DOC_URL
 from capdiag.engine import Rule
 from capdiag.rules import FINDINGS
 
@@ -17,6 +18,15 @@ def sections(r: Rule) -> dict[str, str]:
     for name, body in zip(parts[1::2], parts[2::2]):
         found[name] = " ".join(body.split())
     return found
+
+
+def anchor(r: Rule) -> str:
+    """The rule's heading anchor in docs/rules.md (GitHub's slug of `## CD101 startup-incomplete`)."""
+    return f"{r.code.lower()}-{r.name}"
+
+
+def help_uri(r: Rule) -> str:
+    return f"{RULES_DOC_URL}#{anchor(r)}"
 
 
 def summary(r: Rule) -> str:
@@ -52,7 +62,7 @@ def markdown() -> str:
     out = ["# capdiag rules", "",
            "Generated from the rules' docstrings by `capdiag rules --markdown`; do not edit by hand.", "",
            "| code | name | default severity | what it checks |", "|---|---|---|---|"]
-    out += [f"| {r.code} | [`{r.name}`](#{r.code.lower()}-{r.name}) | {r.severity} | {summary(r)} |" for r in FINDINGS]
+    out += [f"| {r.code} | [`{r.name}`](#{anchor(r)}) | {r.severity} | {summary(r)} |" for r in FINDINGS]
     for r in FINDINGS:
         s = sections(r)
         out += ["", f"## {r.code} {r.name}", "", f"Default severity: **{r.severity}**."]

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import io
 import os
 import re
+import select
+import stat
 import sys
+import time
 import zlib
-from typing import IO, Iterable, Iterator
+from typing import IO, Iterable, Iterator, Union
 
 import ahocorasick_rs
 import attrs
@@ -40,7 +44,10 @@ KEYWORDS = (
     "Graph capturing finished", "graph pool memory", "Estimated CUDA graph memory", "graph memory profiling is",
     "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len", "serve at least one request",
     "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
-    "vllm serve", "-m vllm.", "attention block size",
+    "vllm serve", "-m vllm.", "attention block size", "vllm-openai", "docker run", "Starting to load model",
+    # tracebacks and dying processes (both): every exception class name holds one of these
+    "Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt", "Failure",
+    "Timeout", "Killed", "sigquit", "Value error,",
 )
 # Matched without regard to (ASCII) case by one Aho-Corasick pass over lowered bytes: first of
 # a whole block of raw lines, then of each cleaned piece of the few lines that pass let through.
@@ -74,6 +81,9 @@ MAX_JOINED = 1 << 16  # characters a joined line may reach (real records: under 
 WRAPPED = 100  # a record line and its header-less successor both this long: a hard wrap
 # A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
+# A shell command that starts a server; it continues after a trailing `\` and on the lines an
+# author wrapped it onto, which open with an option.
+_COMMAND = re.compile(r"(?:^|\s)(?:python[\d.]*\s+-m\s+(?:sglang|vllm)\.|(?:sglang|vllm)\s+serve\b|docker\s+run\s)")
 MAX_LINE = 1 << 20  # bytes kept of one physical line; a longer one is cut, not held
 CHUNK = 1 << 20  # bytes read at a time
 
@@ -83,6 +93,74 @@ class Line:
     number: int  # 1-based physical line number in the input
     text: str  # the cleaned text the grammar sees
     raw: str  # the line as read (decoded, truncated to MAX_LINE)
+
+
+class _Encoded:
+    """Text (a text-mode file, or lines) read as the UTF-8 bytes the source expects."""
+
+    def __init__(self, pieces: Iterable[str]):
+        self.pieces = iter(pieces)
+
+    def read(self, size: int) -> bytes:
+        out, held = [], 0
+        for piece in self.pieces:
+            out.append(piece)
+            held += len(piece)
+            if held >= size:
+                break
+        return "".join(out).encode("utf-8", "surrogateescape")
+
+    def close(self) -> None:
+        pass
+
+
+def _text_pieces(fh: IO[str]) -> Iterator[str]:
+    while piece := fh.read(CHUNK):
+        yield piece
+
+
+def _lines(lines: Iterable[str]) -> Iterator[str]:
+    for line in lines:
+        if not isinstance(line, str):
+            raise InputError(f"lines must be text, not {type(line).__name__}")
+        yield line if line.endswith("\n") else line + "\n"
+
+
+# a path, `-`, the log's text, bytes, a file object, or lines
+LogInput = Union[str, "os.PathLike[str]", bytes, IO[bytes], IO[str], Iterable[str]]
+
+
+def log_name(log: LogInput) -> str:
+    """What the report calls a log: its path, `-`, or the kind of object it was given as."""
+    if isinstance(log, os.PathLike) or (isinstance(log, str) and "\n" not in log):
+        return os.fspath(log)
+    if isinstance(log, str):
+        return "<text>"
+    if isinstance(log, (bytes, bytearray)):
+        return "<bytes>"
+    return str(getattr(log, "name", "<stream>")) if hasattr(log, "read") else "<lines>"
+
+
+def open_log(log: LogInput) -> tuple[IO[bytes], str, bool]:
+    """Any form of log → (binary stream, name for the report, whether the caller closes it).
+
+    A path (str or os.PathLike; `-` is stdin), a str holding a newline (the log's text),
+    bytes, a binary or text file object, or an iterable of lines.
+    """
+    name = log_name(log)
+    if isinstance(log, os.PathLike) or (isinstance(log, str) and "\n" not in log):
+        return open_input(name), name, name != "-"
+    if isinstance(log, str):
+        return _Encoded([log]), name, False
+    if isinstance(log, (bytes, bytearray)):
+        return io.BytesIO(bytes(log)), name, False
+    if hasattr(log, "read"):
+        if isinstance(log.read(0), str):
+            return _Encoded(_text_pieces(log)), name, False
+        return log, name, False
+    if isinstance(log, Iterable):
+        return _Encoded(_lines(log)), name, False
+    raise InputError(f"a log is a path, text, bytes, a file object or lines, not {type(log).__name__}")
 
 
 def open_input(path: str) -> IO[bytes]:
@@ -109,16 +187,61 @@ def open_input(path: str) -> IO[bytes]:
     return fh
 
 
+IDLE_S = 0.25  # a live stream that sends nothing for this long has paused
+LINGER_S = 2.0  # how long a live stream is read on after finish() when it never pauses
+
+
+class LiveStream:
+    """A pipe read as its writer sends: `read` returns what has arrived (None when nothing
+    has for IDLE_S, so a held line can be let through), and after `finish()` the stream ends
+    at its next pause, or LINGER_S later, without waiting for the writer to close it.
+    A regular file has no pauses to wait for: after `finish()` it ends at once."""
+
+    def __init__(self, stream: IO[bytes]):
+        self.stream, self.fd, self.deadline = stream, stream.fileno(), None
+        self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
+
+    @staticmethod
+    def wanted(stream: IO[bytes]) -> bool:
+        """Whether `stream` is a pipe or socket, which can stay open after the start-up."""
+        try:
+            mode = os.fstat(stream.fileno()).st_mode
+        except (AttributeError, OSError, ValueError):  # no file descriptor (a test's BytesIO)
+            return False
+        return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+    def finish(self) -> None:
+        if self.deadline is None:
+            self.deadline = time.monotonic() + LINGER_S
+
+    def read(self, size: int) -> bytes | None:
+        if self.deadline is not None and (self.regular or time.monotonic() > self.deadline):
+            return b""
+        if self.regular:
+            return self.stream.read(size)
+        if not select.select([self.fd], [], [], IDLE_S)[0]:
+            return b"" if self.deadline is not None else None
+        return os.read(self.fd, size)
+
+    def close(self) -> None:
+        self.stream.close()
+
+
 def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     """The input a block of whole lines at a time: the number of the block's first line, and
     its bytes (each line ends with "\n" but perhaps the file's last). Not decoded: only the
     lines worth reading are (line_text()). Raises InputError for binary or unreadable data.
+    A stream whose `read` returns None has paused: an empty block says so (candidate_runs
+    then lets a held line through instead of waiting for the next one).
     """
     # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
     # and must not shift the line numbers the report cites
     number, carry, skipping = 0, b"", False
     try:
-        while chunk := stream.read(CHUNK):
+        while (chunk := stream.read(CHUNK)) != b"":
+            if chunk is None:
+                yield number + 1, b""
+                continue
             if skipping:  # the rest of a line longer than MAX_LINE, whose head was kept
                 cut = chunk.find(b"\n")
                 if cut < 0:
@@ -285,14 +408,20 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
     of their own, joined as they are — while its brackets are still open, or while the lines
     run at the wrap width; any line hard-wrapped mid-sentence continues on a line
     that opens with punctuation (`: 29053`); a line an author wrapped after a comma continues
-    on the next line when that one has no prefix, joined with a space.
+    on the next line when that one has no prefix, joined with a space; a launch command
+    continues after a trailing `\\` and on the lines that open with an option (`--tp 8`).
     """
     pending: Line | None = None
-    record = False
+    record = command = False
     spans = 0
     last_piece = ""
     brackets = None  # the held record's bracket_state(), once needed
     for first, block in runs:
+        if not block:  # the input paused: a held line is complete as far as anyone knows
+            if pending is not None:
+                yield pending
+                pending = None
+            continue
         starts = _hit_starts(block)
         cursor, number = 0, first - 1
         while cursor < len(block):
@@ -323,15 +452,21 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                     if joined is not None:
                         pending, spans = joined, spans + 1
                         continue
+                    if command and spans < MAX_CONTINUATION and (pending.text.endswith("\\") or text.startswith("--")):
+                        pending = Line(pending.number, pending.text.rstrip("\\ ") + " " + text,
+                                       pending.raw + "\n" + raw)
+                        spans += 1
+                        continue
                     yield pending
                     pending = None
                 if not has_keyword(text):
                     continue
                 line = Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
+                command = False
                 spans = 0
                 if _RECORD.search(text):
                     pending, record, last_piece, brackets = line, True, raw, None
                 else:  # held one line: it may continue on the next (soft or hard wrap)
-                    pending, record = line, False
+                    pending, record, spans, command = line, False, 0, bool(_COMMAND.search(text))
     if pending is not None:
         yield pending

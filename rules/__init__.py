@@ -10,8 +10,8 @@ from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, c
                            fp8_kv_opportunity, gpu, gpu_capacity_ambiguous, kernel_cache_cold, kv_head_replication,
                            kv_pool, kv_theory, low_concurrency, mem_fraction_unstated, moe_expert_buffers, nvidia_smi, out_of_memory,
                            overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
-                           speculative_draft_memory, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
-                           thin_headroom, unexplained_memory, utilization_too_high, vllm_breakdown, vllm_capacity,
+                           speculative_draft_memory, stand_in, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
+                           thin_headroom, unexplained_memory, failure_cause, startup_failed, utilization_too_high, vllm_breakdown, vllm_capacity,
                            vllm_config, weights_theory, what_if, plan)
 
 SGLANG = (
@@ -48,7 +48,7 @@ VLLM = (
     vllm_capacity.concurrency_check,
 )
 
-COMMON_BEFORE = (target_rank.target_rank, gpu.identity, gpu.total)
+COMMON_BEFORE = (target_rank.target_rank, stand_in.stand_in, gpu.identity, gpu.total)
 
 COMMON_AFTER = (
     nvidia_smi.ranks,
@@ -60,6 +60,7 @@ COMMON_AFTER = (
     ranks.binding_rank,
     ranks.rank_memory,
     startup_phase.phase,
+    failure_cause.root_cause,
 )
 
 # Findings, by code.
@@ -88,6 +89,7 @@ FINDINGS = (
     moe_expert_buffers.moe_expert_buffers,
     gpu_capacity_ambiguous.gpu_capacity_ambiguous,
     low_concurrency.low_concurrency,
+    startup_failed.startup_failed,
 )
 
 # Projections run last: they say which findings a change would add or remove.

@@ -1,10 +1,10 @@
 """Helpers the rule modules share: the target rank, GiB arithmetic as printed, finding wording."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from capdiag import facts as F
-from capdiag.engine import Finding, Knowledge
+from capdiag.engine import Derived, Finding, Knowledge, Unknown
 from capdiag.parsing.bounds import in_range
 
 
@@ -33,6 +33,17 @@ def finding(name: str, premises, message: str, *, severity: str, title: str, act
                    severity=severity, title=title, action=action)
 
 
+def cannot_judge(name: str, *needed: tuple[str, Union[Derived, str, None]]) -> Derived:
+    """Rule `name` could not judge: of the inputs it needs (pairs of what the input is and its
+    conclusion; None when nothing concluded it, or the reason it is missing), those absent or
+    unknown, each with why. It concludes `Unknown`, so no output counts the rule as passed."""
+    missing = [(what, d) for what, d in needed if not isinstance(d, Derived) or not d.known] or list(needed)
+    reasons = [f"{what} ({d})" if isinstance(d, str) else f"{what} (not stated in the inputs)" if d is None
+               else f"{what} ({d.value.reason})" if not d.known else what for what, d in missing]
+    return Derived("not_judged", name, Unknown("needs " + "; ".join(reasons)), name,
+                   tuple(d for _, d in missing if isinstance(d, Derived)))
+
+
 def is_vllm(kb: Knowledge) -> bool:
     """The log is vLLM's (as detected from it, or as --framework says)."""
     options = kb.first(F.Options, role=None)
@@ -53,3 +64,12 @@ def number_or_text(text: str):
             continue
         return value if in_range(value) else text  # `inf`, `nan`, 1e308 stay the text they are
     return text
+
+
+def command_option(command: F.LaunchCommand, name: str, aliases: dict) -> Optional[tuple[str, str]]:
+    """(option as written, value) of a setting in a launch command, under its name or one of
+    its aliases; None when the command does not give it."""
+    for option in (name,) + aliases.get(name, ()):
+        if command.args.get(option) is not None:
+            return option, command.args[option]
+    return None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import number_or_text
+from capdiag.rules._common import command_option, number_or_text
 
 # report key -> server_args field (SGLang). A field absent or None is not stated.
 _SERVER_ARGS = {"model": "model_path", "tp_size": "tp_size", "pp_size": "pp_size", "dp_size": "dp_size",
@@ -14,11 +14,17 @@ _SERVER_ARGS = {"model": "model_path", "tp_size": "tp_size", "pp_size": "pp_size
                 "speculative_algorithm": "speculative_algorithm", "disable_cuda_graph": "disable_cuda_graph"}
 
 
+# a launch command may spell a server_args field by its alias (`--model`, `--tp`)
+_OPTION_ALIASES = {"model_path": ("model",), "tp_size": ("tp", "tensor_parallel_size"), "dp_size": ("dp",),
+                   "ep_size": ("ep",), "pp_size": ("pp",), "context_length": ("context_len",)}
+
+
 def _config(key, value, premise, formula):
     return Derived("config", key, value, "config", (premise,), formula)
 
 
-@rule("config")
+@rule("config", reads=(F.ServerArgs, F.LaunchCommand, F.TokenBudget, F.ModelPathHint, F.KVCacheDtype,
+                       F.KVCacheAllocated), concludes=("config",))
 def config(kb):
     """Concludes each configuration value the log states: from `server_args` first, then a
     pasted launch command; the
@@ -34,9 +40,10 @@ def config(kb):
     command = kb.first(F.LaunchCommand, role=None)
     if command is not None:
         for key, field in _SERVER_ARGS.items():
-            value = command.args.get(field) or (command.args.get("tp") if key == "tp_size" else None)
-            if value is not None:
-                yield _config(key, number_or_text(value), command, f"launch command --{field.replace('_', '-')} {value}")
+            option = command_option(command, field, _OPTION_ALIASES)
+            if option is not None:
+                name, value = option
+                yield _config(key, number_or_text(value), command, f"launch command --{name.replace('_', '-')} {value}")
     budget = kb.first(F.TokenBudget, role=None)
     if budget is not None:
         for key in ("context_len", "max_running_requests"):
@@ -52,7 +59,8 @@ def config(kb):
             yield _config("kv_cache_dtype", stated[0].dtype, stated[0], f"dtype printed: {stated[0].dtype}")
 
 
-@rule("mem-fraction")
+@rule("mem-fraction", reads=(F.ServerArgs, F.LaunchCommand, F.MemoryProfiling),
+      concludes=("config:mem_fraction_static",))
 def mem_fraction(kb):
     """Concludes mem_fraction_static: the value `server_args` states, else the launch command's
     `--mem-fraction-static`, else the one a `Memory profiling:` line prints (two decimals). Not stated → unknown: SGLang chooses it at

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Finding, rule
-from capdiag.rules._common import line_ref
+from capdiag.rules._common import cannot_judge, line_ref
 
 @rule("context-exceeds-kv", code="CD104", severity="warning", thresholds={"few_requests": 2})
 def context_exceeds_kv(kb, t):
@@ -33,6 +33,9 @@ def context_exceeds_kv(kb, t):
     context = kb.get("config", "max_model_len") or kb.get("config", "context_len")
     if tokens is None or context is None or not tokens.known or not context.known \
             or not isinstance(context.value, int) or not context.value:
+        yield cannot_judge("context-exceeds-kv", ("the KV pool's token count", tokens),
+                           ("the context length", context if context is None or context.known and
+                            isinstance(context.value, int) and context.value else None))
         return
     fit = tokens.value // context.value
     if fit >= t["few_requests"]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import rule
-from capdiag.rules._common import finding, is_vllm
+from capdiag.rules._common import cannot_judge, finding, is_vllm
 
 
 @rule("cuda-graph-heavy", code="CD116", severity="info",
@@ -25,10 +25,16 @@ def cuda_graph_heavy(kb, t):
     graphs = kb.get("breakdown", "cuda_graph")
     kv = kb.get("breakdown", "kv_cache")
     total = kb.get("gpu", "total_gib")
-    if graphs is None or not graphs.known or graphs.value <= 0:
+    if graphs is None or not graphs.known:
+        yield cannot_judge("cuda-graph-heavy", ("the CUDA-graph memory", graphs))
+        return
+    if graphs.value <= 0:
         return
     of_kv = 100 * graphs.value / kv.value if kv is not None and kv.known and kv.value else None
     of_total = 100 * graphs.value / total.value if total is not None and total.known and total.value else None
+    if of_kv is None and of_total is None:
+        yield cannot_judge("cuda-graph-heavy", ("the KV cache size", kv), ("the GPU total", total))
+        return
     if not ((of_kv is not None and of_kv > t["max_percent_of_kv"]) or
             (of_total is not None and of_total > t["max_percent_of_total"])):
         return

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag.engine import rule
 from capdiag import facts as F
-from capdiag.rules._common import finding, gib, is_vllm, target
+from capdiag.rules._common import cannot_judge, finding, gib, is_vllm, target
 
 GIB = 1 << 30
 
@@ -31,6 +31,8 @@ def excess_headroom(kb, t):
         budget, total, util = kb.get("breakdown", "budget"), kb.get("gpu", "total_gib"), \
             kb.get("config", "gpu_memory_utilization")
         if None in (budget, total, util) or not (budget.known and total.known and util.known):
+            yield cannot_judge("excess-headroom", ("vLLM's memory budget", budget), ("the GPU total", total),
+                               ("gpu_memory_utilization", util))
             return
         free, base, fraction, name = total.value - budget.value, total.value, util.value, "gpu_memory_utilization"
         premises = (budget, total, util)
@@ -41,6 +43,9 @@ def excess_headroom(kb, t):
         profiling = kb.first(F.MemoryProfiling, role=None)
         pre = begin.avail_gib if begin is not None else profiling.total_gpu_memory_gib if profiling else None
         if free_row is None or not free_row.known or mfs is None or not mfs.known or pre is None:
+            yield cannot_judge("excess-headroom", ("the memory free at the end of start-up", free_row),
+                               ("mem_fraction_static", mfs),
+                               *((("the free memory before weights load", None),) if pre is None else ()))
             return
         free, fraction, name, base = free_row.value, mfs.value, "mem_fraction_static", pre
         premises = (free_row, mfs, begin or profiling)

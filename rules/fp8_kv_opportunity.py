@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from capdiag.engine import rule
-from capdiag.rules._common import finding, is_vllm
+from capdiag.rules._common import cannot_judge, finding, is_vllm
 from capdiag.rules.kv_theory import element_size
 
 
@@ -21,7 +21,10 @@ def fp8_kv_opportunity(kb):
     """
     dtype = kb.get("kv_pool", "dtype")
     tokens = kb.get("kv_pool", "tokens")
-    if dtype is None or not dtype.known or element_size(dtype.value) != 2:
+    if dtype is None or not dtype.known:
+        yield cannot_judge("fp8-kv-opportunity", ("the KV cache dtype", dtype))
+        return
+    if element_size(dtype.value) != 2:
         return
     if kb.get("kv_pool", "theoretical_bytes_per_token") is not None and \
             not kb.get("kv_pool", "theoretical_bytes_per_token").known:

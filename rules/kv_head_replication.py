@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.rules._common import cannot_judge, finding
 
 
-@rule("kv-head-replication", code="CD113", severity="info", needs=("config.json",))
+@rule("kv-head-replication", code="CD113", severity="info")
 def kv_head_replication(kb):
     """What it checks: the model has fewer KV heads than the attention TP size (config.json),
     so each rank stores a copy of one head and the same KV is held several times.
@@ -19,7 +19,11 @@ def kv_head_replication(kb):
     larger than the KV-head count removes the copies; pipeline parallelism scales without them.
     """
     theory = kb.get("kv_pool", "theoretical_bytes_per_token")
-    if theory is None or not theory.known or theory.detail.get("replication", 1) <= 1:
+    if theory is None or not theory.known:
+        what = "the theoretical KV bytes per token" if theory is not None else "the model's config.json"
+        yield cannot_judge("kv-head-replication", (what, theory or "give --config-json"))
+        return
+    if theory.detail.get("replication", 1) <= 1:
         return
     copies = theory.detail["replication"]
     yield finding("kv-head-replication", (theory,),

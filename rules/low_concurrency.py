@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.rules._common import cannot_judge, finding
 
 
 @rule("low-concurrency", code="CD124", severity="warning", thresholds={"request_tokens": 4096, "min_concurrent": 1})
@@ -22,6 +22,7 @@ def low_concurrency(kb, t):
     """
     tokens = kb.get("kv_pool", "tokens")
     if tokens is None or not tokens.known:
+        yield cannot_judge("low-concurrency", ("the KV pool's token count", tokens))
         return
     length = int(t["request_tokens"])
     limit = kb.get("config", "max_running_requests")

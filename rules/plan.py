@@ -61,9 +61,18 @@ def parameters(kb):
 
 @rule("plan.weights")
 def weights(kb):
-    """Weights per GPU: parameters × bytes per weight (bf16/fp16 2, fp8/int8 1, int4 0.5 plus its
-    quantization scales, not counted) / 2^30, split over TP."""
+    """Weights per GPU: the checkpoint's own bytes (`metadata.total_size` of its safetensors
+    index, with `--model` and no `--weight-dtype`), else parameters × bytes per weight
+    (bf16/fp16 2, fp8/int8 1, int4 0.5 plus its quantization scales, not counted) / 2^30; split
+    over TP."""
     req, params = _request(kb), kb.get("plan", "parameters")
+    stored = kb.first(F.ModelWeights, role=None)
+    if req is not None and req.weights_as_stored and stored is not None:
+        total = stored.total_bytes / GIB
+        yield _bucket("weights", total / _tp(req), (req, stored),
+                      f"checkpoint {stored.total_bytes:,} B = {total:.1f} GiB (safetensors index total_size); "
+                      f"÷ TP {_tp(req)}")
+        return
     if req is None or params is None:
         return
     per = BYTES_PER_WEIGHT.get(req.weight_dtype.lower())

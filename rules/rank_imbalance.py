@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.rules._common import cannot_judge, finding
 
 # (fact kind, attribute, what it measures)
 _READINGS = ((F.LoadWeightBegin, "avail_gib", "free before weights"), (F.LoadWeightEnd, "mem_usage_gib", "weights"),
@@ -26,10 +26,12 @@ def rank_imbalance(kb, t):
     What to do: find what holds memory on the binding rank's GPU (nvidia-smi's process list);
     rebalance PP layers; the binding rank is named.
     """
+    compared = False
     for kind, attr, what in _READINGS:
         readings = [f for f in kb.of(kind) if getattr(f, attr) is not None]
         if len({f.rank.key() for f in readings}) < 2:
             continue
+        compared = True
         low = min(readings, key=lambda f: getattr(f, attr))
         high = max(readings, key=lambda f: getattr(f, attr))
         spread = round(getattr(high, attr) - getattr(low, attr), 2)
@@ -43,3 +45,7 @@ def rank_imbalance(kb, t):
                       action=f"Check what else holds memory on {binding.rank.label}'s GPU (nvidia-smi processes); "
                              "rebalance pipeline stages.",
                       detail={"reading": what, "spread_gib": spread, "binding_rank": binding.rank.label}, key=what)
+    sizes = [kb.get("config", k) for k in ("tp_size", "pp_size", "dp_size")]
+    if not compared and not all(d is not None and d.known and d.value == 1 for d in sizes):
+        yield cannot_judge("rank-imbalance", ("the same reading from two or more ranks",
+                                              "the log shows one rank, and does not state TP, PP and DP as 1"))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from capdiag.engine import rule
-from capdiag.rules._common import finding, is_vllm
+from capdiag.rules._common import cannot_judge, finding, is_vllm
 
 
 @rule("request-limit-binds", code="CD115", severity="info")
@@ -20,6 +20,10 @@ def request_limit_binds(kb):
     your typical length, watching activation memory; or accept the cap.
     """
     rows = sorted((c for c in kb.topic("concurrency") if c.known), key=lambda c: c.key)
+    if not rows:
+        unknown = sorted(kb.topic("concurrency"), key=lambda c: c.key)
+        yield cannot_judge("request-limit-binds", ("the concurrency per request length", unknown[0] if unknown else None))
+        return
     capped = [c for c in rows if c.detail.get("binding") == "requests"]
     if not capped:
         return

@@ -3,13 +3,18 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Finding, rule
+from capdiag.failures import classify, exceptions
 from capdiag.rules._common import line_ref
 
 _PHASE_WORDS = {"init": "process start-up", "weights": "weight loading", "kv_pool": "KV pool allocation",
                 "graph_capture": "CUDA graph capture", "ready": "ready"}
 
 
-@rule("startup-incomplete", code="CD101", severity="warning")
+@rule("startup-incomplete", code="CD101", severity="warning",
+      reads=(F.ServerReady, F.VllmEngineReady, F.SchedulerException, F.VllmStartupError, F.OutOfMemory,
+             F.NotEnoughMemory, F.TokenBudget, F.VllmKVCacheSize, F.VllmGpuBlocks, F.ChildFailed, F.ExceptionRaised,
+             "phase?", "failure?"),
+      concludes=("finding:startup-incomplete",))
 def startup_incomplete(kb):
     """What it checks: the launch never reaches its ready line (SGLang: "The server is fired up and
     ready to roll!"; vLLM: "Application startup complete." or the engine's `init engine … took`).
@@ -22,21 +27,29 @@ def startup_incomplete(kb):
 
     Example: `[… TP3] Scheduler hit an exception: Traceback …` after `Capture cuda graph begin`.
 
+    A failure whose root cause the log shows is named by `startup-failed` instead; this rule
+    then stays quiet. When the log shows only consequences (a parent reporting that a child
+    died), it says so: the root cause was printed elsewhere.
+
     What to do: read the traceback at the cited line; the breakdown covers what was printed
     before it. Out-of-memory failures get their own finding (`out-of-memory`).
     """
-    if kb.of(F.ServerReady, F.VllmEngineReady, role=None):
+    if kb.of(F.ServerReady, F.VllmEngineReady, role=None) or kb.get("failure") is not None:
         return
     phase = kb.get("phase")
     reached = phase.value if phase is not None else "init"
-    crash = next(iter(kb.of(F.SchedulerException, F.VllmStartupError, role=None)), None)
+    crash = next(iter(kb.of(F.SchedulerException, F.VllmStartupError, F.ChildFailed, role=None)), None)
+    crash = crash or next((r.exception for r in exceptions(kb.facts) if not r.ignored
+                           and getattr(classify(r), "role", None) == "consequence"), None)
     oom = kb.of(F.OutOfMemory, F.NotEnoughMemory, role=None)
     budget = next(iter(kb.of(F.TokenBudget, F.VllmKVCacheSize, F.VllmGpuBlocks, role=None)), None)
     last = max(kb.facts, key=lambda f: f.evidence.line, default=None)
     if crash is not None:
         severity, title = "error", f"Start-up crashed during {_PHASE_WORDS[reached]}"
-        message = (f"{'A scheduler' if isinstance(crash, F.SchedulerException) else 'An engine'} process failed "
-                   f"({line_ref(crash)}); the last phase reached is {_PHASE_WORDS[reached]}.")
+        message = (f"{'A scheduler' if isinstance(crash, F.SchedulerException) else 'A'} process failed "
+                   f"({line_ref(crash)}); the last phase reached is {_PHASE_WORDS[reached]}. The log shows only "
+                   "consequences of the failure (a process reporting that another one died), not its root cause: "
+                   "it was printed elsewhere (the failing process's own output).")
         premises = (crash, phase) + tuple(oom)
     elif budget is not None:
         severity, title = "info", "The log ends after memory set-up, before a ready line"

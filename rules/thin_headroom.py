@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from capdiag.engine import rule
-from capdiag.rules._common import finding, is_vllm, knob
+from capdiag.rules._common import cannot_judge, finding, is_vllm, knob
 
 
 @rule("thin-headroom", code="CD110", severity="warning", thresholds={"min_free_gib": 1.0})
@@ -24,11 +24,13 @@ def thin_headroom(kb, t):
         budget = kb.get("breakdown", "budget")
         total = kb.get("gpu", "total_gib")
         if budget is None or total is None or not budget.known or not total.known:
+            yield cannot_judge("thin-headroom", ("vLLM's memory budget", budget), ("the GPU total", total))
             return
         free, premises, what = round(total.value - budget.value, 2), (budget, total), "outside vLLM's budget"
     else:
         row = kb.get("breakdown", "free")
         if row is None or not row.known:
+            yield cannot_judge("thin-headroom", ("the memory free at the end of start-up", row))
             return
         free, premises, what = row.value, (row,), "free after start-up"
     if free >= t["min_free_gib"]:

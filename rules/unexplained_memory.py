@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.rules._common import cannot_judge, finding
 
 
-@rule("unexplained-memory", code="CD106", severity="warning", thresholds={"max_gib": 2.0, "max_percent": 3.0},
-      needs=("nvidia-smi",))
+@rule("unexplained-memory", code="CD106", severity="warning", thresholds={"max_gib": 2.0, "max_percent": 3.0})
 def unexplained_memory(kb, t):
     """What it checks: the `other` row — nvidia-smi's used memory minus everything the log
     accounts for — is above `max_gib` GiB and above `max_percent` % of the GPU total (when the
@@ -24,7 +23,10 @@ def unexplained_memory(kb, t):
     """
     other = kb.get("breakdown", "other")
     total = kb.get("gpu", "total_gib")
-    if other is None or not other.known or other.value <= t["max_gib"]:
+    if other is None or not other.known:
+        yield cannot_judge("unexplained-memory", ("the memory no log line explains (`other`)", other))
+        return
+    if other.value <= t["max_gib"]:
         return
     percent = 100 * other.value / total.value if total is not None and total.known and total.value else None
     if percent is not None and percent <= t["max_percent"]:

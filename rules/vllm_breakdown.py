@@ -11,16 +11,50 @@ from capdiag.rules._common import gib, line_ref, target
 from capdiag.rules.breakdown import row
 
 
-def _profile(kb, rank, key):
-    """The first memory-profiling statement of `key` on the rank, as (fact, value)."""
-    for p in kb.of(F.VllmMemoryProfile, rank=rank):
+def lines_of(kb, kind) -> list:
+    """The target rank's lines of a kind; where it printed none, the lines of the rank that
+    stands in for it (rules/stand_in.py)."""
+    stand = kb.get("stand_in", kind.__name__)
+    return kb.of(kind, rank=stand.value if stand is not None and stand.known else target(kb))
+
+
+def via(kb, *facts) -> tuple:
+    """The facts, each followed by the stand-in conclusion that chose its rank, if one did."""
+    out: list = []
+    for fact in facts:
+        if fact is None:
+            continue
+        out.append(fact)
+        stand = kb.get("stand_in", type(fact).__name__)
+        if stand is not None and stand.known and fact.rank.key() == stand.value:
+            out.append(stand)
+    return tuple(out)
+
+
+def from_rank(kb, fact) -> str:
+    """Whose line gave the figure, when a stand-in rank's did; else nothing."""
+    stand = kb.get("stand_in", type(fact).__name__)
+    if stand is None or not stand.known or fact.rank.key() != stand.value:
+        return ""
+    return f", printed by {stand.detail['rank']} (stand-in: the target printed none)"
+
+
+def silent(kb, *kinds) -> str:
+    """Why the target has none of these lines when other ranks printed them and disagree."""
+    reasons = [kb.get("stand_in", k.__name__) for k in kinds]
+    return next((f"; {d.value.reason}" for d in reasons if d is not None and not d.known), "")
+
+
+def _profile(kb, key):
+    """The first memory-profiling statement of `key` for the target, as (fact, value)."""
+    for p in lines_of(kb, F.VllmMemoryProfile):
         if key in p.values:
             return p, p.values[key]
     return None, None
 
 
-def _startup(kb, rank, attr):
-    s = next((s for s in kb.of(F.VllmStartupMemory, rank=rank) if not s.error and getattr(s, attr) is not None), None)
+def _startup(kb, attr):
+    s = next((s for s in lines_of(kb, F.VllmStartupMemory) if not s.error and getattr(s, attr) is not None), None)
     return (s, getattr(s, attr)) if s is not None else (None, None)
 
 
@@ -29,21 +63,22 @@ def weights(kb):
     """Weights: `Model loading took X GiB` (torch memory the load allocated on this rank; older
     releases print "GB" for the same GiB figure), else the profiling record's `model weights
     take`, else the `Free memory on device` report's weight figure."""
-    rank = target(kb)
-    if rank is None:
+    if target(kb) is None:
         return
-    load = kb.first(F.VllmModelLoading, rank)
+    load = next(iter(lines_of(kb, F.VllmModelLoading)), None)
     if load is not None:
         note = " (printed \"GB\", computed as GiB)" if load.unit == "GB" else ""
-        yield row("weights", load.gib, "measured", "vllm.breakdown.weights", (load,),
-                  f"Model loading took {load.gib} {load.unit or 'GiB'}{note} ({line_ref(load)})")
+        yield row("weights", load.gib, "measured", "vllm.breakdown.weights", via(kb, load),
+                  f"Model loading took {load.gib} {load.unit or 'GiB'}{note} ({line_ref(load)}){from_rank(kb, load)}")
         return
-    for fact, value, what in (_profile(kb, rank, "weights_gib") + ("profiling record: model weights take",),
-                              _startup(kb, rank, "weights_gib") + ("`Free memory on device` report",)):
+    for fact, value, what in (_profile(kb, "weights_gib") + ("profiling record: model weights take",),
+                              _startup(kb, "weights_gib") + ("`Free memory on device` report",)):
         if fact is not None:
-            yield row("weights", value, "measured", "vllm.breakdown.weights", (fact,), f"{what} ({line_ref(fact)})")
+            yield row("weights", value, "measured", "vllm.breakdown.weights", via(kb, fact),
+                      f"{what} ({line_ref(fact)}){from_rank(kb, fact)}")
             return
-    yield row("weights", Unknown("the log shows no model-loading figure for this rank"), "unknown",
+    yield row("weights", Unknown("the log shows no model-loading figure for this rank"
+                                 + silent(kb, F.VllmModelLoading, F.VllmMemoryProfile)), "unknown",
               "vllm.breakdown.weights", (), "")
 
 
@@ -52,23 +87,23 @@ def kv_cache(kb):
     """KV cache: `Available KV cache memory` (the bytes turned into blocks), else the profiling
     record's KV figure (`the rest of the memory reserved for KV Cache`, `kv_cache_size=`), else
     the explicit `--kv-cache-memory` reservation."""
-    rank = target(kb)
-    if rank is None:
+    if target(kb) is None:
         return
-    available = kb.first(F.VllmAvailableKV, rank)
-    fact, value = _profile(kb, rank, "kv_cache_gib")
-    reserved = next((i for i in kb.of(F.VllmInitialFree, rank=rank) if i.reserved_kv_gib is not None), None)
+    available = next(iter(lines_of(kb, F.VllmAvailableKV)), None)
+    fact, value = _profile(kb, "kv_cache_gib")
+    reserved = next((i for i in lines_of(kb, F.VllmInitialFree) if i.reserved_kv_gib is not None), None)
     if available is not None:
-        yield row("kv_cache", available.gib, "measured", "vllm.breakdown.kv-cache", (available,),
-                  f"Available KV cache memory ({line_ref(available)})")
+        yield row("kv_cache", available.gib, "measured", "vllm.breakdown.kv-cache", via(kb, available),
+                  f"Available KV cache memory ({line_ref(available)}){from_rank(kb, available)}")
     elif fact is not None:
-        yield row("kv_cache", value, "measured", "vllm.breakdown.kv-cache", (fact,),
-                  f"profiling record: memory reserved for the KV cache ({line_ref(fact)})")
+        yield row("kv_cache", value, "measured", "vllm.breakdown.kv-cache", via(kb, fact),
+                  f"profiling record: memory reserved for the KV cache ({line_ref(fact)}){from_rank(kb, fact)}")
     elif reserved is not None:
-        yield row("kv_cache", reserved.reserved_kv_gib, "measured", "vllm.breakdown.kv-cache", (reserved,),
-                  f"explicit --kv-cache-memory reservation ({line_ref(reserved)})")
+        yield row("kv_cache", reserved.reserved_kv_gib, "measured", "vllm.breakdown.kv-cache", via(kb, reserved),
+                  f"explicit --kv-cache-memory reservation ({line_ref(reserved)}){from_rank(kb, reserved)}")
     else:
-        yield row("kv_cache", Unknown("the log prints no KV-cache memory figure for this rank"), "unknown",
+        yield row("kv_cache", Unknown("the log prints no KV-cache memory figure for this rank"
+                                      + silent(kb, F.VllmAvailableKV, F.VllmMemoryProfile)), "unknown",
                   "vllm.breakdown.kv-cache", (), "")
 
 
@@ -78,30 +113,30 @@ def cuda_graph(kb):
     capture), else the 0.18+ `CUDA graph pool memory … (actual)`, else the pre-capture
     estimate (stated as an estimate). A negative capture figure is a measurement artefact
     (free memory rose during capture) and is not used as a size. `enforce_eager` → none."""
-    rank = target(kb)
-    if rank is None:
+    if target(kb) is None:
         return
-    capture = next((g for g in kb.of(F.VllmGraphCapture, rank=rank) if g.gib is not None), None)
-    pool = kb.first(F.VllmGraphPool, rank)
-    estimate = kb.first(F.VllmGraphEstimate, rank)
+    capture = next((g for g in lines_of(kb, F.VllmGraphCapture) if g.gib is not None), None)
+    pool = next(iter(lines_of(kb, F.VllmGraphPool)), None)
+    estimate = next(iter(lines_of(kb, F.VllmGraphEstimate)), None)
     eager = kb.get("config", "enforce_eager")
     if capture is not None and capture.gib >= 0:
-        yield row("cuda_graph", capture.gib, "measured", "vllm.breakdown.cuda-graph", (capture,),
-                  f"Graph capturing took {capture.gib} GiB ({line_ref(capture)})")
+        yield row("cuda_graph", capture.gib, "measured", "vllm.breakdown.cuda-graph", via(kb, capture),
+                  f"Graph capturing took {capture.gib} GiB ({line_ref(capture)}){from_rank(kb, capture)}")
     elif pool is not None:
-        yield row("cuda_graph", pool.actual_gib, "measured", "vllm.breakdown.cuda-graph", (pool,),
-                  f"CUDA graph pool memory (actual) ({line_ref(pool)})")
+        yield row("cuda_graph", pool.actual_gib, "measured", "vllm.breakdown.cuda-graph", via(kb, pool),
+                  f"CUDA graph pool memory (actual) ({line_ref(pool)}){from_rank(kb, pool)}")
     elif capture is not None:
         yield row("cuda_graph", Unknown(f"the capture line prints {capture.gib} GiB: free memory rose during "
                                         "capture, a measurement artefact, not a size"), "unknown",
-                  "vllm.breakdown.cuda-graph", (capture,), "")
+                  "vllm.breakdown.cuda-graph", via(kb, capture), "")
     elif estimate is not None:
-        yield row("cuda_graph", estimate.gib, "derived", "vllm.breakdown.cuda-graph", (estimate,),
-                  f"vLLM's estimate before capture ({line_ref(estimate)}); no measured figure")
+        yield row("cuda_graph", estimate.gib, "derived", "vllm.breakdown.cuda-graph", via(kb, estimate),
+                  f"vLLM's estimate before capture ({line_ref(estimate)}); no measured figure{from_rank(kb, estimate)}")
     elif eager is not None and eager.value is True:
         yield row("cuda_graph", 0.0, "derived", "vllm.breakdown.cuda-graph", (eager,), "enforce_eager=True: no graphs")
     else:
-        yield row("cuda_graph", Unknown("the log shows no graph-capture figure for this rank"), "unknown",
+        yield row("cuda_graph", Unknown("the log shows no graph-capture figure for this rank"
+                                        + silent(kb, F.VllmGraphCapture, F.VllmGraphPool)), "unknown",
                   "vllm.breakdown.cuda-graph", (), "")
 
 
@@ -109,14 +144,13 @@ def cuda_graph(kb):
 def activation(kb):
     """Activation: the peak activation memory of the profiling forward pass, where printed (V0
     record, 0.10.2+ `Free memory on device` report). vLLM reserves it inside the budget."""
-    rank = target(kb)
-    if rank is None:
+    if target(kb) is None:
         return
-    for fact, value, what in (_profile(kb, rank, "activation_peak_gib") + ("profiling record",),
-                              _startup(kb, rank, "activation_gib") + ("`Free memory on device` report",)):
+    for fact, value, what in (_profile(kb, "activation_peak_gib") + ("profiling record",),
+                              _startup(kb, "activation_gib") + ("`Free memory on device` report",)):
         if fact is not None:
-            yield row("activation", value, "measured", "vllm.breakdown.activation", (fact,),
-                      f"peak activation, {what} ({line_ref(fact)})")
+            yield row("activation", value, "measured", "vllm.breakdown.activation", via(kb, fact),
+                      f"peak activation, {what} ({line_ref(fact)}){from_rank(kb, fact)}")
             return
 
 
@@ -126,20 +160,19 @@ def framework(kb):
     profiling record or the `Free memory on device` report prints it; from 0.27 that report
     prints weights + non-torch together as "consumed", so non-torch = consumed − weights.
     Not printed → unknown."""
-    rank = target(kb)
-    if rank is None:
+    if target(kb) is None:
         return
-    for fact, value, what in (_profile(kb, rank, "non_torch_gib") + ("profiling record",),
-                              _startup(kb, rank, "non_torch_gib") + ("`Free memory on device` report",)):
+    for fact, value, what in (_profile(kb, "non_torch_gib") + ("profiling record",),
+                              _startup(kb, "non_torch_gib") + ("`Free memory on device` report",)):
         if fact is not None:
-            yield row("framework", value, "measured", "vllm.breakdown.framework", (fact,),
-                      f"non-torch memory, {what} ({line_ref(fact)})")
+            yield row("framework", value, "measured", "vllm.breakdown.framework", via(kb, fact),
+                      f"non-torch memory, {what} ({line_ref(fact)}){from_rank(kb, fact)}")
             return
-    consumed, value = _startup(kb, rank, "consumed_gib")
+    consumed, value = _startup(kb, "consumed_gib")
     weights_row = kb.get("breakdown", "weights")
     if consumed is not None and weights_row is not None and weights_row.known:
         yield row("framework", gib(value - weights_row.value), "derived", "vllm.breakdown.framework",
-                  (consumed, weights_row), f"consumed (weights + non-torch) {value} − weights {weights_row.value} GiB "
+                  via(kb, consumed) + (weights_row,), f"consumed (weights + non-torch) {value} − weights {weights_row.value} GiB "
                   f"({line_ref(consumed)})")
         return
     yield row("framework", Unknown("the log prints no non-torch memory figure"), "unknown",
@@ -151,13 +184,12 @@ def budget(kb):
     """Budget: what vLLM may use, total × gpu_memory_utilization (printed by the profiling
     record and the `Free memory on device` report, else computed from a stated total and
     utilization), and what lies outside it (total − budget): memory vLLM leaves alone."""
-    rank = target(kb)
     util = kb.get("config", "gpu_memory_utilization")
-    if rank is None or util is None:
+    if target(kb) is None or util is None:
         return
-    total_fact, total = _profile(kb, rank, "total_gpu_memory_gib")
-    usable_fact, usable = _profile(kb, rank, "usable_gib")
-    startup = next((s for s in kb.of(F.VllmStartupMemory, rank=rank) if s.total_gib is not None), None)
+    total_fact, total = _profile(kb, "total_gpu_memory_gib")
+    usable_fact, usable = _profile(kb, "usable_gib")
+    startup = next((s for s in lines_of(kb, F.VllmStartupMemory) if s.total_gib is not None), None)
     if total is None and startup is not None:
         total_fact, total = startup, startup.total_gib
     if usable is None and startup is not None and startup.requested_gib is not None:

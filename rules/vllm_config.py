@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import line_ref, number_or_text
+from capdiag.rules._common import command_option, line_ref, number_or_text
 
 # report key -> (engine-config field, argument name). The engine config holds resolved values.
 _FIELDS = {
@@ -17,18 +17,26 @@ _FIELDS = {
 }
 
 
+# a launch command may spell an argument by its short form (`-tp 2`)
+_OPTION_ALIASES = {"tensor_parallel_size": ("tp",), "pipeline_parallel_size": ("pp",),
+                   "data_parallel_size": ("dp",)}
+
+
 def _stated(value) -> bool:
     return isinstance(value, (str, int, float, bool))
 
 
-@rule("vllm.config")
+@rule("vllm.config", reads=(F.VllmVersion, F.VllmEngineConfig, F.VllmArgs, F.VllmMaxModelLen, F.VllmMaxConcurrency,
+                            F.VllmStartupError, F.VllmModelName, F.LaunchCommand), concludes=("config",))
 def config(kb):
     """Concludes each configuration value the log states: the version from the banner or the
     engine line; the rest from the engine-config line (resolved values: `max_seq_len` is
-    max_model_len), then from `non-default args` / `args: Namespace(…)`, a pasted `vllm serve`
-    command, `Using max model len`, the `Maximum concurrency for N tokens` line (N is
-    max_model_len) or the max-seq-len start-up error. A setting left at its default is not in `non-default args` and
-    stays unstated."""
+    max_model_len), then from `non-default args` / `args: Namespace(…)`, `Using max model len`,
+    the `Maximum concurrency for N tokens` line (N is max_model_len), the max-seq-len start-up
+    error, a line that names the model (`Starting to load model X...`), and last a pasted launch
+    command (`vllm serve`, the API-server module, `docker run` of a vLLM image): the log's own
+    statement wins over the command. A setting left at its default is not in `non-default args`
+    and stays unstated."""
     version = kb.first(F.VllmVersion, role=None)
     engine = kb.first(F.VllmEngineConfig, role=None)
     if version is not None:
@@ -47,13 +55,6 @@ def config(kb):
             if _stated(a.fields.get(arg)):
                 yield Derived("config", key, a.fields[arg], "vllm.config", (a,),
                               f"{a.style} args {arg}={a.fields[arg]!r} ({line_ref(a)})")
-    command = kb.first(F.LaunchCommand, role=None)
-    if command is not None:
-        for key, (_, arg) in _FIELDS.items():
-            value = command.args.get(arg)
-            if value is not None:
-                yield Derived("config", key, number_or_text(value), "vllm.config", (command,),
-                              f"launch command --{arg.replace('_', '-')} {value}")
     length = kb.first(F.VllmMaxModelLen, role=None)
     if length is not None:
         yield Derived("config", "max_model_len", length.tokens, "vllm.config", (length,),
@@ -66,13 +67,27 @@ def config(kb):
         if error.model_len is not None:
             yield Derived("config", "max_model_len", error.model_len, "vllm.config", (error,),
                           f"the start-up error states max seq len {error.model_len} ({line_ref(error)})")
+    named = kb.first(F.VllmModelName, role=None)
+    if named is not None:
+        yield Derived("config", "model", named.name, "vllm.config", (named,),
+                      f"model named by the {named.source} ({line_ref(named)})")
+    command = kb.first(F.LaunchCommand, role=None)
+    if command is not None:  # last: the log's own statements win over the command that started it
+        for key, (_, arg) in _FIELDS.items():
+            option = command_option(command, arg, _OPTION_ALIASES)
+            if option is not None:
+                name, value = option
+                yield Derived("config", key, number_or_text(value), "vllm.config", (command,),
+                              f"launch command {'-' if len(name) <= 2 else '--'}{name.replace('_', '-')} {value}")
 
 
-@rule("vllm.gpu-memory-utilization")
+@rule("vllm.gpu-memory-utilization", reads=(F.VllmArgs, F.VllmMemoryProfile, F.VllmStartupMemory,
+                                            F.VllmUtilizationAdvice, F.VllmInitialFree, F.LaunchCommand),
+      concludes=("config:gpu_memory_utilization",))
 def gpu_memory_utilization(kb):
     """Concludes gpu_memory_utilization from the first statement of it: the arguments, the V0
     profiling record, the `Free memory on device` report, the 0.20+ CUDA-graph advice line, the
-    DEBUG `Requested memory` line. Not stated → unknown: its default changed between releases
+    DEBUG `Requested memory` line, and last a pasted launch command. Not stated → unknown: its default changed between releases
     (0.90 up to 0.19, 0.92 from 0.20), so none is assumed."""
     for a in kb.of(F.VllmArgs, role=None):
         if isinstance(a.fields.get("gpu_memory_utilization"), (int, float)):
@@ -90,6 +105,12 @@ def gpu_memory_utilization(kb):
             yield Derived("config", "gpu_memory_utilization", value, "vllm.gpu-memory-utilization", (fact,),
                           f"{source} ({line_ref(fact)})")
             return
+    command = kb.first(F.LaunchCommand, role=None)
+    value = command.args.get("gpu_memory_utilization") if command is not None else None
+    if isinstance(number_or_text(value or ""), float):
+        yield Derived("config", "gpu_memory_utilization", number_or_text(value), "vllm.gpu-memory-utilization",
+                      (command,), f"launch command --gpu-memory-utilization {value}")
+        return
     yield Derived("config", "gpu_memory_utilization",
                   Unknown("the log does not state gpu_memory_utilization (its default differs by release)"),
                   "vllm.gpu-memory-utilization")

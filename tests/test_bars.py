@@ -139,8 +139,8 @@ def _section(text: str) -> list[str]:
 
 def test_text_report_draws_a_bar_per_rank():
     rep = build(analyse(fixture("mla_tp2.log"), gpu_total_gib=80))
-    text = render(rep, "text")
-    assert text == render(rep, "text", color=False) and "\x1b" not in text
+    text = render(rep, "text", width=120)  # room for full-width bars
+    assert text == render(rep, "text", color=False, width=120) and "\x1b" not in text
     section = _section(text)
     assert "to scale" in section[0] and "one character ≈ 1.33 GiB" in section[0]
     rows = [line for line in section[1:] if "|" in line]

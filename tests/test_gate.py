@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 
 from capdiag.errors import InputError
-from capdiag.gate import fingerprint, read_baseline
+from capdiag.gating import fingerprint, identity, read_baseline
 from capdiag.policy import load_policy
-from helpers import TESTS, fixture, run_entry
+from helpers import SHARED, TESTS, fixture, needs_shared, run_entry
 
 READY = fixture("single_gpu_ready.log")  # a healthy start-up: no failing finding at the default level
 OOM = fixture("oom_capture.log")  # out-of-memory during capture: errors
@@ -32,7 +32,7 @@ def write(tmp_path, name, text):
 
 def test_pass_exits_0(monkeypatch, capsys):
     code, out, _ = gate(monkeypatch, capsys, READY)
-    assert code == 0 and out.startswith("capdiag gate: PASS (fail-on warning; 0 failing finding(s))")
+    assert code == 0 and out.startswith("capdiag gate: PASS (fail-on warning; 0 failing, 2 rule(s) could not judge)")
 
 
 def test_fail_exits_1_and_names_the_findings(monkeypatch, capsys):
@@ -104,7 +104,7 @@ def test_policy_threshold_severity_and_disable(monkeypatch, capsys, tmp_path):
     code, out, _ = gate(monkeypatch, capsys, READY, "--policy", policy, "--fail-on", "error")
     assert code == 1 and "FAIL  [error] CD110 thin-headroom" in out
     policy = write(tmp_path, "off.toml", '[rules.out-of-memory]\nenabled = false\n[rules.startup-incomplete]\n'
-                                         'enabled = false\n[rules.thin-headroom]\nenabled = false\n')
+                                         'enabled = false\n[rules.thin-headroom]\nenabled = false\n[rules.startup-failed]\nenabled = false\n')
     code, out, _ = gate(monkeypatch, capsys, OOM, "--policy", policy)
     assert code == 0 and "CD102" not in out
 
@@ -127,7 +127,7 @@ def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch,
     jsonschema.validate(doc, sarif_schema())
     run = doc["runs"][0]
     rules = run["tool"]["driver"]["rules"]
-    assert len(rules) == 24 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
+    assert len(rules) == 25 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
     assert rules[1]["defaultConfiguration"]["level"] == "error" and "**What to do.**" in rules[1]["help"]["markdown"]
     oom = next(r for r in run["results"] if r["ruleId"] == "CD102")
     assert oom["level"] == "error"
@@ -135,7 +135,78 @@ def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch,
     log_lines = Path(OOM).read_text(encoding="utf-8").splitlines()
     assert "out of memory" in log_lines[region["startLine"] - 1].lower()  # the main evidence line
     assert {r["physicalLocation"]["region"]["startLine"] for r in oom["relatedLocations"]} >= {region["startLine"]}
-    assert set(oom["partialFingerprints"]) == {"capdiagFindingHash/v1"}
+    assert set(oom["partialFingerprints"]) == {"capdiagFindingHash/v2"}
+
+
+def test_sarif_is_ready_for_code_scanning(monkeypatch, capsys, tmp_path):
+    from capdiag import PROJECT_URL, __version__
+    code, out, _ = gate(monkeypatch, capsys, OOM, str(tmp_path / "missing.log"), "--format", "sarif")
+    doc = json.loads(out)
+    jsonschema.validate(doc, sarif_schema())
+    run = doc["runs"][0]
+    driver = run["tool"]["driver"]
+    assert code == 2 and driver["informationUri"] == PROJECT_URL == "https://github.com/capdiag/capdiag"
+    assert driver["semanticVersion"] == __version__
+    headings = {line[3:].strip() for line in (TESTS.parent / "docs" / "rules.md").read_text(encoding="utf-8")
+                .splitlines() if line.startswith("## ")}
+    for rule in driver["rules"]:
+        anchor = rule["helpUri"].split("#")[1]
+        assert rule["helpUri"] == f"{PROJECT_URL}/blob/main/docs/rules.md#{anchor}"
+        assert anchor == f"{rule['id'].lower()}-{rule['name']}" and f"{rule['id']} {rule['name']}" in headings
+        assert "Why it matters" not in rule["fullDescription"]["text"] and len(rule["fullDescription"]["text"]) > \
+            len(rule["shortDescription"]["text"])
+    assert "security-severity" not in json.dumps(driver)  # these are not vulnerabilities
+    invocation = run["invocations"][0]
+    assert invocation["executionSuccessful"] is False
+    errors = [n for n in invocation["toolExecutionNotifications"] if n["descriptor"]["id"] == "CD001"]
+    assert len(errors) == 1 and errors[0]["level"] == "error" and "no such file" in errors[0]["message"]["text"]
+    skipped = {n["associatedRule"]["id"]: n for n in invocation["toolExecutionNotifications"]
+               if n["descriptor"]["id"] == "CD002"}
+    assert skipped["CD106"]["level"] == "note" and "give --nvidia-smi-file" in skipped["CD106"]["message"]["text"]
+    assert driver["rules"][skipped["CD106"]["associatedRule"]["index"]]["id"] == "CD106"
+    assert {d["id"] for d in driver["notifications"]} == {"CD001", "CD002"}
+
+
+def test_sarif_paths_are_relative_to_the_repository_root(monkeypatch, capsys, tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "logs").mkdir(parents=True)
+    inside = write(repo / "logs", "canary one.log", Path(OOM).read_text(encoding="utf-8"))
+    outside = write(tmp_path, "elsewhere.log", Path(READY).read_text(encoding="utf-8"))
+    doc = json.loads(gate(monkeypatch, capsys, inside, outside, "--format", "sarif", "--repo-root", str(repo))[1])
+    jsonschema.validate(doc, sarif_schema())
+    run = doc["runs"][0]
+    assert run["originalUriBaseIds"] == {"SRCROOT": {"uri": repo.as_uri() + "/"}}
+    locations = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]: r["locations"][0]
+                 for r in run["results"]}
+    assert set(locations) == {"logs/canary%20one.log", Path(outside).as_uri()}
+    assert locations["logs/canary%20one.log"]["physicalLocation"]["artifactLocation"]["uriBaseId"] == "SRCROOT"
+    main = next(r for r in run["results"] if r["ruleId"] == "CD102")["locations"][0]["physicalLocation"]["region"]
+    assert "out of memory" in main["snippet"]["text"].lower()
+    # --sarif-root is the same option; GitHub annotations name the file as the repository does
+    out = gate(monkeypatch, capsys, inside, "--format", "github", "--sarif-root", str(repo))[1]
+    assert "::error file=logs/canary one.log,line=" in out
+
+
+def test_sarif_fail_on_unknown_is_a_result(monkeypatch, capsys, tmp_path):
+    policy = write(tmp_path, "capdiag.toml", 'fail-on-unknown = true\n')
+    doc = json.loads(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy, "--format", "sarif")[1])
+    jsonschema.validate(doc, sarif_schema())
+    unknown = next(r for r in doc["runs"][0]["results"] if r["ruleId"] == "CD110")
+    assert unknown["kind"] == "fail" and unknown["level"] == "warning" and unknown["properties"]["not_judged"]
+    assert "could not judge" in unknown["message"]["text"]
+
+
+@needs_shared
+def test_sarif_of_every_corpus_log_passes_the_schema(monkeypatch, capsys):
+    logs = sorted(str(p) for d in ("sglang", "vllm") for p in (SHARED / "corpus" / d).glob("*.log"))
+    code, out, _ = gate(monkeypatch, capsys, *logs, "--format", "sarif", "--repo-root", str(SHARED))
+    doc = json.loads(out)
+    jsonschema.validate(doc, sarif_schema())
+    run = doc["runs"][0]
+    assert len(run["artifacts"]) == len(logs) and code in (0, 1)
+    assert run["invocations"][0]["executionSuccessful"] is True
+    assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].startswith("corpus/")
+               for r in run["results"])
 
 
 def test_fingerprints_do_not_depend_on_line_numbers(tmp_path):
@@ -145,7 +216,9 @@ def test_fingerprints_do_not_depend_on_line_numbers(tmp_path):
     a, b = build(analyse(OOM)), build(analyse(shifted))
     lines = [[e["line"] for f in r["findings"] for e in f["evidence"]] for r in (a, b)]
     assert lines[1] == [n + 2 for n in lines[0]] and lines[0]
-    assert [fingerprint(a, f) for f in a["findings"]] == [fingerprint(b, f) for f in b["findings"]]
+    # the same log name (as CI writes it again) with the lines shifted: the same fingerprints
+    ids = identity(a, "canary.log"), identity(b, "canary.log")
+    assert [fingerprint(ids[0], f) for f in a["findings"]] == [fingerprint(ids[1], f) for f in b["findings"]]
 
 
 def test_junit_parses_back_with_failure_skipped_and_error(monkeypatch, capsys, tmp_path):
@@ -154,13 +227,14 @@ def test_junit_parses_back_with_failure_skipped_and_error(monkeypatch, capsys, t
     suites = root.findall("testsuite")
     assert code == 2 and len(suites) == 2
     oom, missing = suites
-    assert oom.get("tests") == "24" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
+    assert oom.get("tests") == "25" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
     failure = oom.find("testcase[@classname='capdiag.CD102']/failure")
     assert failure.get("type") == "error" and "out of memory" in failure.text.lower() and "line " in failure.text
     skipped = oom.find("testcase[@classname='capdiag.CD106']/skipped")
-    assert skipped.get("message") == "insufficient evidence: needs nvidia-smi"
+    assert skipped.get("message") == ("insufficient evidence: needs the memory no log line explains (`other`) "
+                                      "(needs the GPU's measured used memory: give --nvidia-smi-file)")
     assert oom.find("testcase[@classname='capdiag.CD105']/skipped").get("message") == "applies to vllm logs only"
-    assert missing.get("errors") == "24" and "no such file" in missing.find("testcase/error").get("message")
+    assert missing.get("errors") == "25" and "no such file" in missing.find("testcase/error").get("message")
 
 
 def test_github_commands_are_escaped_and_summary_appended(monkeypatch, capsys, tmp_path):
@@ -195,3 +269,221 @@ def test_bad_baseline_exits_2(monkeypatch, capsys, tmp_path):
     bad = write(tmp_path, "baseline.json", '{"entries": []}')
     code, _, err = gate(monkeypatch, capsys, READY, "--baseline", bad)
     assert code == 2 and "not a capdiag baseline" in err
+
+
+# ---- deployment identity ----------------------------------------------------------------------
+
+ANON_TP2 = fixture("anon_graph_oom_tp2.log")  # OOM in piecewise capture on two ranks, no identifying line
+ANON_TP4 = fixture("anon_graph_crash_tp4.log")  # a crash in graph capture on four ranks, no identifying line
+
+
+def test_a_baseline_of_one_anonymous_log_does_not_accept_another(monkeypatch, capsys, tmp_path):
+    # both crash in CUDA graph capture (startup-failed, error) and state no model, TP, GPU, …
+    baseline = str(tmp_path / "baseline.json")
+    assert run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "-o", baseline)[0] == 0
+    code, out, _ = gate(monkeypatch, capsys, ANON_TP4, "--baseline", baseline)
+    assert code == 1 and out.startswith("capdiag gate: FAIL")
+    assert "FAIL  [error] CD125 startup-failed: The installed build has no GPU kernels for this GPU's architecture" in out
+    assert "accepted" not in out.split("Stale")[0] and "no deployment identity" in out
+    # the same anonymous log, gated again under the same path, is still accepted
+    code, out, _ = gate(monkeypatch, capsys, ANON_TP2, "--baseline", baseline)
+    assert code == 0 and "accepted by the baseline" in out
+
+
+def test_anonymous_entries_match_only_the_same_log_path(monkeypatch, capsys, tmp_path):
+    baseline = str(tmp_path / "baseline.json")
+    run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "-o", baseline)
+    entry = read_baseline(baseline)[0]
+    assert entry["identity"] == {"framework": "sglang", "log": ANON_TP2.replace("\\", "/"), "anonymous": True}
+    copy = write(tmp_path, "anon_graph_oom_tp2.log", Path(ANON_TP2).read_text(encoding="utf-8"))
+    code, out, _ = gate(monkeypatch, capsys, copy, "--baseline", baseline, "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["suppressed"] == 0 and doc["logs"][0]["identity"]["anonymous"] is True
+    assert len(doc["stale_baseline"]) == len(read_baseline(baseline))
+
+
+def test_deployment_name_identifies_logs_and_keeps_deployments_apart(monkeypatch, capsys, tmp_path):
+    baseline = str(tmp_path / "baseline.json")
+    run_entry(monkeypatch, capsys, "baseline", ANON_TP2, "--deployment", "glm-air-3090", "-o", baseline)
+    assert {e["identity"]["deployment"] for e in read_baseline(baseline)} == {"glm-air-3090"}
+    # a named deployment matches under another path (CI checks the log out elsewhere) …
+    copy = write(tmp_path, "tp2-again.log", Path(ANON_TP2).read_text(encoding="utf-8"))
+    code, out, _ = gate(monkeypatch, capsys, copy, "--baseline", baseline, "--deployment", "glm-air-3090")
+    assert code == 0 and "no deployment identity" not in out
+    # … the policy's `deployment` names it too; another deployment's name does not match
+    policy = write(tmp_path, "capdiag.toml", 'deployment = "glm-air-3090"\n')
+    assert gate(monkeypatch, capsys, copy, "--baseline", baseline, "--policy", policy)[0] == 0
+    assert gate(monkeypatch, capsys, copy, "--baseline", baseline, "--deployment", "r1-dcu")[0] == 1
+
+
+def test_identity_holds_every_identifying_value_the_report_states():
+    report = {"framework": "vllm", "config": {"model": "Qwen/Qwen2.5-7B", "framework_version": "0.13.0", "tp_size": 2,
+                                              "pp_size": 1, "dp_size": None, "ep_size": None, "quantization": "fp8"},
+              "gpu": {"alias": "h100_sxm", "name": "NVIDIA H100 80GB HBM3"}}
+    ident = identity(report, "a.log")
+    assert ident == {"framework": "vllm", "model": "Qwen/Qwen2.5-7B", "framework_version": "0.13.0", "tp_size": 2,
+                     "pp_size": 1, "quantization": "fp8", "gpu": "h100_sxm", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    finding = {"rule": "thin-headroom", "key": None, "rank": "TP0"}
+    base = fingerprint(ident, finding)
+    for key, other in (("model", "Qwen/Qwen2.5-14B"), ("framework_version", "0.14.0"), ("tp_size", 4),
+                       ("quantization", None), ("gpu", "h200")):
+        assert fingerprint({**ident, key: other}, finding) != base, key
+    assert fingerprint(identity(report, "b.log"), finding) == base  # identified logs do not depend on the path
+
+
+def test_old_baselines_are_refused_with_the_reason(monkeypatch, capsys, tmp_path):
+    old = write(tmp_path, "baseline.json", '{"schema": "capdiag.baseline/1", "entries": []}')
+    code, _, err = gate(monkeypatch, capsys, READY, "--baseline", old)
+    assert code == 2 and "could match unrelated deployments" in err and "capdiag baseline" in err
+
+
+def test_policy_deployment_must_be_a_name(tmp_path):
+    with pytest.raises(InputError, match=r":1: deployment must be a non-empty string"):
+        load_policy(write(tmp_path, "capdiag.toml", 'deployment = 3\n'))
+
+
+@needs_shared
+def test_the_reported_collision_on_the_corpus_fails(monkeypatch, capsys, tmp_path):
+    # issue 16: an SGLang OOM on 2x3090 and a vLLM OOM accepted a DeepSeek-R1 TP8 crash on Hygon DCUs
+    corpus = SHARED / "corpus"
+    logs = [str(next((corpus / d).glob(f"{n}-*.log"))) for d, n in (("sglang", "305"), ("vllm", "401"))]
+    baseline = str(tmp_path / "baseline.json")
+    assert run_entry(monkeypatch, capsys, "baseline", *logs, "-o", baseline)[0] == 0
+    crash = str(next((corpus / "sglang").glob("018-*.log")))
+    code, out, _ = gate(monkeypatch, capsys, crash, "--baseline", baseline, "--format", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["verdict"] == "fail" and doc["suppressed"] == 0
+    assert any(f["rule"] == "startup-failed" and f["failing"] for f in doc["logs"][0]["findings"])
+
+
+# ---- rules that could not judge ---------------------------------------------------------------
+
+WEIGHTS_ONLY = fixture("weights_then_crash_tp2.log")  # crashes after weight loading: no pool, no free memory
+
+
+def test_rules_that_cannot_judge_say_which_input_is_missing():
+    from capdiag.analysis import analyse
+    from capdiag.report import build
+    report = build(analyse(WEIGHTS_ONLY))
+    reasons = {n["rule"]: n["reason"] for n in report["not_judged"]}
+    assert reasons["thin-headroom"] == ("needs the memory free at the end of start-up (the log prints no free-memory "
+                                        "reading after the pools)")
+    assert reasons["low-concurrency"] == "needs the KV pool's token count (the log prints no pool token count)"
+    assert reasons["context-exceeds-kv"].startswith("needs the KV pool's token count")
+    assert "give --nvidia-smi-file" in reasons["unexplained-memory"]
+    assert reasons["kv-head-replication"] == "needs the model's config.json (give --config-json)"
+    # a rule that judged is not listed, whether it fired or not
+    assert not {"startup-incomplete", "out-of-memory", "rank-imbalance"} & set(reasons)
+    assert [n["code"] for n in report["not_judged"]] == sorted(n["code"] for n in report["not_judged"])
+
+
+def test_a_rule_that_fires_is_never_listed_as_not_judged():
+    from capdiag.analysis import analyse
+    from capdiag.report import build
+    report = build(analyse(ANON_TP2))  # thin-headroom fires on 0.52 GiB free
+    assert "thin-headroom" in {f["rule"] for f in report["findings"]}
+    assert "thin-headroom" not in {n["rule"] for n in report["not_judged"]}
+
+
+def test_every_gate_format_shows_unknowns_as_skipped_with_the_reason(monkeypatch, capsys, tmp_path):
+    reason = "needs the memory free at the end of start-up (the log prints no free-memory reading after the pools)"
+    code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY)
+    assert code == 1 and f"skipped  CD110 thin-headroom: could not judge — {reason}" in out
+    assert "9 rule(s) could not judge" in out.splitlines()[0]
+    doc = json.loads(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "json")[1])
+    assert {"rule": "thin-headroom", "code": "CD110", "reason": reason, "failing": False} in doc["logs"][0]["not_judged"]
+    root = ET.fromstring(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "junit")[1].encode("utf-8"))
+    suite = root.find("testsuite")
+    for code_ in ("CD110", "CD124", "CD104"):
+        case = suite.find(f"testcase[@classname='capdiag.{code_}']")
+        assert len(case) == 1 and case[0].tag == "skipped", code_  # never an empty (passed) test case
+        assert case[0].get("message").startswith("insufficient evidence: needs ")
+    assert suite.find("testcase[@classname='capdiag.CD110']/skipped").get("message") == \
+        f"insufficient evidence: {reason}"
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "github")[1]
+    notice = next(line for line in out.splitlines() if line.startswith("::notice ") and "skipped" in line)
+    assert "title=capdiag%3A 9 rule(s) skipped%2C insufficient evidence::" in notice
+    assert "CD110 thin-headroom: " + reason in notice.replace("%0A", "\n")
+    text = summary.read_text(encoding="utf-8")
+    assert "### Rules that could not judge" in text and "CD110 `thin-headroom`" in text
+
+
+def test_fail_on_unknown_fails_rules_at_the_threshold_that_could_not_judge(monkeypatch, capsys, tmp_path):
+    # thin-headroom and low-concurrency are warnings: they fail at fail-on warning, not at error
+    code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--fail-on-unknown", "--fail-on", "error",
+                        "--format", "json")
+    doc = json.loads(out)
+    assert not any(n["failing"] for n in doc["logs"][0]["not_judged"]) and doc["fail_on_unknown"] is True
+    policy = write(tmp_path, "capdiag.toml", 'fail-on = "error"\nfail-on-unknown = true\n'
+                                             '[rules.thin-headroom]\nseverity = "error"\n'
+                                             '[rules.startup-incomplete]\nenabled = false\n'
+                                             '[rules.startup-failed]\nenabled = false\n')
+    code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy)
+    assert code == 1 and "FAIL  CD110 thin-headroom: could not judge (fail-on-unknown) — needs the memory free" in out
+    assert "skipped  CD124 low-concurrency" in out
+    root = ET.fromstring(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy, "--format", "junit")[1]
+                         .encode("utf-8"))
+    failure = root.find("testsuite/testcase[@classname='capdiag.CD110']/failure")
+    assert failure.get("type") == "unknown" and failure.get("message").startswith("could not judge (fail-on-unknown)")
+    assert root.find("testsuite/testcase[@classname='capdiag.CD101']/skipped").get("message") == \
+        "disabled by the policy"
+    out = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", policy, "--format", "github")[1]
+    assert any(line.startswith("::error ") and "CD110 thin-headroom could not judge" in line
+               for line in out.splitlines())
+    # without fail-on-unknown the same policy passes: nothing judged fails
+    relaxed = write(tmp_path, "relaxed.toml", open(policy).read().replace("fail-on-unknown = true\n", ""))
+    assert gate(monkeypatch, capsys, WEIGHTS_ONLY, "--policy", relaxed)[0] == 0
+
+
+def test_policy_fail_on_unknown_must_be_a_boolean(tmp_path):
+    with pytest.raises(InputError, match=r":1: fail-on-unknown must be true or false"):
+        load_policy(write(tmp_path, "capdiag.toml", 'fail-on-unknown = "yes"\n'))
+
+
+# ---- GitLab code quality and the pre-commit policy check ------------------------------------
+
+def test_gitlab_code_quality_report(monkeypatch, capsys, tmp_path):
+    baseline = str(tmp_path / "baseline.json")
+    run_entry(monkeypatch, capsys, "baseline", OOM, "-o", baseline)
+    code, out, _ = gate(monkeypatch, capsys, OOM, WEIGHTS_ONLY, str(tmp_path / "missing.log"), "--format", "gitlab",
+                        "--repo-root", str(TESTS.parent), "--baseline", baseline)
+    issues = json.loads(out)
+    assert code == 2 and isinstance(issues, list)
+    for issue in issues:  # the keys GitLab requires, with its severities
+        assert {"description", "check_name", "fingerprint", "severity", "location"} <= set(issue)
+        assert issue["severity"] in ("info", "minor", "major", "critical", "blocker")
+        assert isinstance(issue["location"]["lines"]["begin"], int) and issue["location"]["lines"]["begin"] >= 1
+    assert len({i["fingerprint"] for i in issues}) == len(issues)
+    crash = next(i for i in issues if i["check_name"] == "CD125 startup-failed")
+    assert crash["severity"] == "critical" and crash["location"]["path"] == "tests/fixtures/weights_then_crash_tp2.log"
+    assert Path(WEIGHTS_ONLY).read_text(encoding="utf-8").splitlines()[crash["location"]["lines"]["begin"] - 1] \
+        .startswith("RuntimeError: NCCL error in:")  # the root cause line
+    skipped = next(i for i in issues if i["check_name"] == "CD110 thin-headroom (not judged)")
+    assert skipped["severity"] == "info" and "could not judge" in skipped["description"]
+    assert next(i for i in issues if i["check_name"] == "CD001 input-error")["severity"] == "blocker"
+    # the baseline accepts the OOM log's findings: none of them is an issue
+    assert not [i for i in issues if i["location"]["path"].endswith("oom_capture.log")
+                and "(not judged)" not in i["check_name"]]
+
+
+def test_check_policy_validates_each_file(monkeypatch, capsys, tmp_path):
+    good = str(EXAMPLE_POLICY)
+    bad = write(tmp_path, "capdiag.toml", 'fail-on = "warning"\n[rules.thin-headroom]\nmin_free = 1\n')
+    code, out, err = run_entry(monkeypatch, capsys, "check-policy", good)
+    assert code == 0 and out == f"{good}: ok (6 rule setting(s), fail-on warning)\n"
+    code, out, err = run_entry(monkeypatch, capsys, "check-policy", bad, good)
+    assert code == 2 and out.startswith(good) and err == f"capdiag: error: {bad}:3: unknown key 'min_free' for rule " \
+        "thin-headroom (known: enabled, severity, min_free_gib)\n"
+
+
+def test_pre_commit_hook_runs_check_policy_on_policy_files():
+    hooks = (TESTS.parent / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    assert "- id: capdiag-policy" in hooks and "entry: capdiag check-policy" in hooks and "language: python" in hooks
+    import re
+    files = re.search(r"files: (.+)", hooks).group(1)
+    for name in ("capdiag.toml", ".github/capdiag.toml", "ci/capdiag-prod.toml", ".capdiag.toml"):
+        assert re.search(files, name), name
+    for name in ("pyproject.toml", "capdiag.toml.bak", "docs/other.toml"):
+        assert not re.search(files, name), name

@@ -197,7 +197,7 @@ def test_json_side_inputs_of_any_content(name, flag, tmp_path, monkeypatch, caps
 @pytest.mark.parametrize("entries", [[1, 2], ["x"], [None], [{"rule": "x"}], [[{"fingerprint": "a"}]]])
 def test_baseline_entries_must_be_objects(entries, tmp_path, monkeypatch, capsys):
     path = tmp_path / "baseline.json"
-    path.write_text(json.dumps({"schema": "capdiag.baseline/1", "entries": entries}))
+    path.write_text(json.dumps({"schema": "capdiag.baseline/2", "entries": entries}))
     code, out, err = run_entry(monkeypatch, capsys, "gate", str(EXAMPLE), "--baseline", str(path))
     _clean_exit(code, out, err, allowed=(2,))
 
@@ -428,7 +428,7 @@ def test_explain_outputs_carry_no_control_character_or_markup(fmt, tmp_path, mon
 def test_gate_outputs_carry_no_control_character_or_markup(fmt, tmp_path, monkeypatch, capsys):
     summary = tmp_path / "summary.md"
     baseline = tmp_path / "baseline.json"
-    baseline.write_text(json.dumps({"schema": "capdiag.baseline/1", "entries": [
+    baseline.write_text(json.dumps({"schema": "capdiag.baseline/2", "entries": [
         {"fingerprint": "stale", "code": HOSTILE, "rule": "<script>x</script>", "log": HOSTILE}]}))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     code, out, err = run_entry(monkeypatch, capsys, "gate", _hostile_log(tmp_path), "--format", fmt,

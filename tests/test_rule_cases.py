@@ -304,7 +304,8 @@ def test_corpus_crash_is_reported(log: Path):
         pytest.skip("the start-up did not crash")
     rep = corpus_report(log)
     names = {f["name"] for f in rep["findings"]}
-    assert names & {"startup-incomplete", "out-of-memory"}, f"{log.name}: crashed, but findings are {summary(rep)}"
+    assert names & {"startup-failed", "startup-incomplete", "out-of-memory"}, \
+        f"{log.name}: crashed, but findings are {summary(rep)}"
 
 
 @pytest.mark.parametrize("log", corpus_params())

@@ -358,14 +358,16 @@ def test_mem_fraction_unknown_is_never_a_default(name, why):
 
 # ---- startup-incomplete ---------------------------------------------------------------------------
 
-def test_startup_crash_is_an_error():
+def test_startup_crash_is_an_error_named_by_its_root_cause():
     rep = report("crash_capture.log")
-    f = finding(rep, "startup-incomplete")
-    assert (f["code"], f["severity"]) == ("CD101", "error")
-    assert "graph capture" in f["title"].lower()
-    assert 12 in [e["line"] for e in f["evidence"]]
+    assert finding(rep, "startup-incomplete") is None  # startup-failed names it
+    f = finding(rep, "startup-failed")
+    assert (f["code"], f["severity"]) == ("CD125", "error")
+    assert f["detail"] == {"cause": "moe-kernel-config-incomplete", "phase": None, "line": 15, "rank": "TP1"}
+    assert f["main_evidence"]["line"] == 15 and 12 in [e["line"] for e in f["evidence"]]
     assert rep["source"]["ready"] is False and rep["source"]["phase_reached"] == "graph_capture"
-    assert rep["source"]["stopped_at"]["line"] == 12
+    assert rep["source"]["stopped_at"]["line"] == 15
+    assert rep["source"]["all_launches"][0]["failure"]["line"] == 15
     assert finding(rep, "out-of-memory") is None
 
 
@@ -481,7 +483,7 @@ def test_crash_then_restart_default_picks_the_furthest():
     rep = build(a)
     assert rep["source"]["launches"] == 2 and rep["source"]["analyzed_launch"] == 1
     assert rep["config"]["mem_fraction_static"] == 0.9
-    assert (rep["source"]["first_line"], rep["source"]["last_line"]) == (1, 7)
+    assert (rep["source"]["first_line"], rep["source"]["last_line"]) == (1, 8)  # 8: the exception
 
 
 def test_launch_option_picks_another():

@@ -437,4 +437,5 @@ def test_context_exceeds_kv_from_the_v1_max_seq_len_error():
 def test_v1_max_seq_len_log_still_reports_the_failure():
     rep = report("vllm_v0112_max_seq_len_v1.log")
     assert rep["source"]["ready"] is False
-    assert finding(rep, "startup-incomplete")["severity"] == "error"
+    f = finding(rep, "startup-failed")
+    assert f["severity"] == "error" and f["detail"]["cause"] == "kv-cache-below-max-model-len"

@@ -162,7 +162,7 @@ def test_plan_cli_json_and_from_log(monkeypatch, capsys):
 
 def test_plan_needs_params_or_config(monkeypatch, capsys):
     code, _, err = run_entry(monkeypatch, capsys, "plan", "--gpu", "h100_sxm")
-    assert code == 2 and err.startswith("capdiag: error: give --params or --config-json")
+    assert code == 2 and err.startswith("capdiag: error: give --params, --config-json or --model")
 
 
 # ---- diff -----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ class Evidence:
     text: str
     launch: int = 1
     source: str = "log"
+    read_to: Optional[int] = None  # a damaged line: only its text before this column was read
 
 
 @attrs.frozen(order=True)

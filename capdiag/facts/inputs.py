@@ -62,11 +62,14 @@ class ModelConfig(Fact):
 
 @attrs.frozen(kw_only=True)
 class Policy(Fact):
-    """A gate policy (capdiag.toml): per rule `enabled`, `severity` and `thresholds`, and the
-    default fail-on level."""
+    """A gate policy (capdiag.toml): per rule `enabled`, `severity` and `thresholds`, the
+    default fail-on level, whether a rule that could not judge fails, and the name of the
+    deployment its logs come from."""
 
     rules: dict[str, dict[str, Any]]
     fail_on: Optional[str] = None
+    fail_on_unknown: Optional[bool] = None
+    deployment: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -74,6 +77,14 @@ class WhatIf(Fact):
     """`--what-if KEY=VALUE …`: settings to project the start-up under."""
 
     changes: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class ModelWeights(Fact):
+    """The bytes of a checkpoint's weights: `metadata.total_size` of its
+    model.safetensors.index.json (every tensor, in the dtype stored)."""
+
+    total_bytes: int
 
 
 @attrs.frozen(kw_only=True)
@@ -91,6 +102,7 @@ class PlanRequest(Fact):
     fraction: Optional[float] = None
     headroom: float = 0.15
     training: Optional[str] = None  # "full" or "lora"
+    weights_as_stored: bool = False  # size the weights from ModelWeights (the checkpoint's own bytes)
 
 
 @attrs.frozen(kw_only=True)

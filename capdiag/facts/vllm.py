@@ -43,6 +43,15 @@ class VllmMaxModelLen(Fact):
 
 
 @attrs.frozen(kw_only=True)
+class VllmModelName(Fact):
+    """A model named outside the configuration records: `Starting to load model X...` (the
+    model runner of every backend, V0 and V1)."""
+
+    name: str
+    source: str
+
+
+@attrs.frozen(kw_only=True)
 class VllmModelLoading(Fact):
     """`Model loading took X GiB …` / `Loading model weights took X GB`: torch memory of the
     weights on this rank."""
@@ -131,13 +140,16 @@ class VllmUtilizationAdvice(Fact):
 
 @attrs.frozen(kw_only=True)
 class VllmStartupMemory(Fact):
-    """`Free memory on device (F/T GiB) on startup. …` — the success report after capture, or the
-    start-up error when free memory is below what the utilization asks for (`error`)."""
+    """`Free memory on device [cuda:N] (F/T GiB) on startup. …` — the success report after capture,
+    or the start-up error when free memory is below what the utilization asks for (`error`):
+    `… is less than desired GPU memory utilization (U, R GiB)`, R = total × U (0.9.1–0.13 rounds
+    it to 2 decimals, 0.14+ rounds the bytes up)."""
 
     free_gib: Optional[float] = None
     total_gib: Optional[float] = None
     utilization: Optional[float] = None
     requested_gib: Optional[float] = None
+    device: Optional[str] = None  # 0.14+ names it: `cuda:1`
     weights_gib: Optional[float] = None
     consumed_gib: Optional[float] = None
     activation_gib: Optional[float] = None

@@ -1,7 +1,7 @@
 """Candidate lines → facts. One grammar per framework; each fact gets its Evidence.
 
 A line is offered to each framework's grammar in turn (only the one named, with
-`framework=`). The framework of a log is the one whose own line kinds it holds most of.
+`framework=`), and to the traceback grammar both frameworks share. The framework of a log is the one whose own line kinds it holds most of.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from capdiag import facts as F
 from capdiag.parsing.bounds import OutOfRange, check_values, rank_in_range
 from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.sglang import parse_sglang_line
+from capdiag.parsing.traceback import parse_traceback_line
 from capdiag.parsing.vllm import parse_vllm_line
 from capdiag.source import Line
 
@@ -21,13 +22,17 @@ FRAMEWORKS = ("sglang", "vllm")
 
 
 def _parse(text: str, framework: Optional[str]) -> list[Parsed]:
+    """The facts of a line: its framework's kind, and the traceback piece it also is (the last
+    line of a traceback is often a kind of its own too: `ValueError: No available memory …`)."""
+    found: list[Parsed] = []
     if framework != "vllm":
         parsed = parse_sglang_line(text)
         if parsed is not None:
-            return [parsed]
-    if framework != "sglang":
-        return parse_vllm_line(text)
-    return []
+            found.append(parsed)
+    if framework != "sglang" and not found:
+        found.extend(parse_vllm_line(text))
+    piece = parse_traceback_line(text)
+    return found + [piece] if piece is not None else found
 
 
 # What turning a parsed line into a fact can raise on hostile input (a number too long for
@@ -48,7 +53,7 @@ def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
             raise OutOfRange(f"rank tag {parsed.rank.label} is out of range")
         role = values.pop("_role", None)
         extra = {"role": role, "role_stated": True} if role else {}
-        evidence = F.Evidence(line.number, line.raw)
+        evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to)
         out.append(parsed.cls(evidence=evidence, rank=parsed.rank, **values, **extra))
         out.extend(F.UnreadLine(evidence=evidence, rank=parsed.rank, reason=f"{parsed.cls.__name__}: {note}")
                    for note in notes)
@@ -64,6 +69,15 @@ def read_facts(lines: Iterable[Line], framework: Optional[str] = None) -> Iterat
             yield from _facts_of(line, framework)
         except _CONVERSION_ERRORS as exc:
             yield F.UnreadLine(evidence=F.Evidence(line.number, line.raw), reason=_reason(exc))
+
+
+def build_parsers() -> None:
+    """Build every log grammar's parser now (each is built once, on first use): a process
+    that forks workers does it first, so they inherit the parsers instead of each building
+    its own."""
+    from capdiag.parsing import literal, sglang, vllm
+
+    sglang._parser(), vllm._parser(), literal._parser()
 
 
 def framework_of(fact: F.Fact) -> Optional[str]:

@@ -48,7 +48,11 @@ def _check(path: str, fields: dict[str, Any]) -> None:
 
 
 def read_model_config(path: str) -> F.ModelConfig:
-    data = read_json(path, "config.json")
+    return model_config_from(read_json(path, "config.json"), path)
+
+
+def model_config_from(data: Any, path: str, source: str = "config.json") -> F.ModelConfig:
+    """A config.json's parsed JSON (from a file, the Hub, or the command line's shape) → its fact."""
     if not isinstance(data, dict):
         raise InputError(f"{path}: config.json must be a JSON object")
     fields = dict(data)
@@ -61,4 +65,4 @@ def read_model_config(path: str) -> F.ModelConfig:
     summary = ", ".join(f"{k}={fields[k]}" for k in ("model_type", "num_hidden_layers", "num_attention_heads",
                                                       "num_key_value_heads", "head_dim", "kv_lora_rank")
                         if k in fields)
-    return F.ModelConfig(evidence=F.Evidence(1, f"{path}: {summary}", 0, "config.json"), fields=fields)
+    return F.ModelConfig(evidence=F.Evidence(1, f"{path}: {summary}", 0, source), fields=fields)

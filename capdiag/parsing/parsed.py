@@ -1,9 +1,11 @@
 """What a grammar's Transformer hands back for one line, before it is tied to its evidence."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Optional
 
 import attrs
+from lark import Tree
+from lark.exceptions import LarkError, UnexpectedInput
 
 from capdiag import facts as F
 
@@ -15,6 +17,26 @@ class Parsed:
     rank: F.Rank
     cls: type
     values: dict[str, Any]
+    read_to: Optional[int] = None  # the line is damaged after this column: only the text before it was read
+
+
+def parse_to_damage(parse: Callable[[str], Tree], text: str) -> Optional[tuple[Tree, Optional[int]]]:
+    """The tree of a line, and None; or, for a line damaged part-way (a column cut, a paste that
+    lost text), the tree of the fields before the last comma ahead of the damage and that
+    column — what was cut is left unread, never guessed. None when neither parses."""
+    try:
+        return parse(text), None
+    except UnexpectedInput as exc:
+        at = getattr(exc, "pos_in_stream", None)
+        cut = text.rfind(",", 0, len(text) if at is None or at < 0 else at)
+    except LarkError:
+        return None
+    if cut <= 0:
+        return None
+    try:
+        return parse(text[:cut]), cut
+    except LarkError:
+        return None
 
 
 def cli_option(items) -> tuple[str, str | None]:

@@ -12,12 +12,11 @@ from typing import Any, Optional
 
 import attrs
 from lark import Lark, Token, Transformer
-from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.parsing.bounds import OutOfRange
 from capdiag.parsing.literal import MAX_DIGITS, parse_call_or_dict
-from capdiag.parsing.parsed import Parsed, cli_option
+from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.prose import read_oom_message
 from capdiag.resources import grammar_text
 
@@ -277,22 +276,23 @@ def _parser() -> Lark:
 
 # The common prefix `[date time TAGS] `, read the way the grammar reads it. Lines that differ
 # only in it (one line per rank, the same start-up relaunched) share one parse of their body.
-_PREFIX = re.compile(r"\[\s*(?:\d{4}-\d\d-\d\d\s+)?\d\d:\d\d:\d\d(?:[.,]\d+)?((?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d{1,7})*)\s*\]")
+_PREFIX = re.compile(r"\[\s*(?:\d{4}-\d\d-\d\d\s+)?\d\d:\d\d:\d\d(?:[.,]\d+)?((?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d{1,7})*)\s*\]\s*")
 _TAGS = re.compile(r"([A-Z_]+?)(\d+)")
+_STAND_IN = "[00:00:00] "  # the prefix a shared body is parsed behind
 SHARED_BODY = 1 << 16  # characters (the source's MAX_JOINED): 256 kept bodies stay under 16 MiB
 
 
 def _parse(text: str) -> Optional[Parsed]:
-    try:
-        tree = _parser().parse(text)
-    except LarkError:
+    read = parse_to_damage(_parser().parse, text)
+    if read is None:
         return None
-    return _Lines().transform(tree)
+    parsed = _Lines().transform(read[0])
+    return attrs.evolve(parsed, read_to=read[1]) if parsed is not None and read[1] is not None else parsed
 
 
 @lru_cache(maxsize=256)
 def _parse_body(body: str) -> Optional[Parsed]:
-    return _parse("[00:00:00] " + body)
+    return _parse(_STAND_IN + body)
 
 
 def parse_sglang_line(text: str) -> Optional[Parsed]:
@@ -300,10 +300,11 @@ def parse_sglang_line(text: str) -> Optional[Parsed]:
     prefix = _PREFIX.match(text)
     if prefix is None or len(text) - prefix.end() > SHARED_BODY:
         return _parse(text)
-    parsed = _parse_body(text[prefix.end():].lstrip())
+    parsed = _parse_body(text[prefix.end():])
+    if parsed is None:
+        return None
     tags = {name.lower(): int(number) for name, number in _TAGS.findall(prefix.group(1))}
-    if parsed is None or not tags:
-        return parsed
     # the body's own `[gpu=N]` tag is read after the prefix's, as the grammar's start rule does
     own = {k: v for k, v in attrs.asdict(parsed.rank).items() if v is not None}
-    return attrs.evolve(parsed, rank=F.Rank(**{**tags, **own}))
+    read_to = None if parsed.read_to is None else parsed.read_to - len(_STAND_IN) + prefix.end()
+    return attrs.evolve(parsed, rank=F.Rank(**{**tags, **own}), read_to=read_to) if tags or read_to else parsed

@@ -7,12 +7,11 @@ from typing import Any, Optional
 
 import attrs
 from lark import Lark, Token, Transformer
-from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
 from capdiag.parsing.prose import name_numbers, read_oom_message, split_quantity
-from capdiag.parsing.parsed import Parsed, cli_option
+from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.resources import grammar_text
 from capdiag.source import open_brackets
 
@@ -196,16 +195,19 @@ class _Lines(Transformer):
                                           "suggested": quoted[2] if len(quoted) > 2 else None})
 
     def free_on_device(self, items):
-        """Both wordings open with free/total and the utilization with its GiB; the usage items
-        that follow (success report) are named by the words after each figure."""
+        """Free and total are read from their own fields; the utilization and its GiB are the
+        first two numbers of the sentence after them (both wordings), the usage items that
+        follow (success report) are named by the words after each figure."""
+        device = next((str(i) for i in items if isinstance(i, Token) and i.type == "DEVICE_ID"), None)
+        free, total = (float(i) for i in items if isinstance(i, Token) and i.type == "NUMBER")
         tokens = items[-1]
         numbers = [t for t in tokens if t.type == "PNUM"]
-        values: dict[str, Any] = dict(zip(("free_gib", "total_gib", "utilization", "requested_gib"),
-                                          (split_quantity(str(t))[0] for t in numbers[:4])))
-        rest = tokens[tokens.index(numbers[3]) + 1:] if len(numbers) > 4 else []
+        values: dict[str, Any] = {"free_gib": free, "total_gib": total, "device": device}
+        values.update(zip(("utilization", "requested_gib"), (split_quantity(str(t))[0] for t in numbers[:2])))
+        rest = tokens[tokens.index(numbers[1]) + 1:] if len(numbers) > 2 else []
         values.update(name_numbers(rest, "PNUM", (), _USAGE_AFTER, _USAGE_UNITS))
         text = "".join(str(t) for t in tokens).lower()
-        if "in use is" in text and len(numbers) > 4:
+        if "in use is" in text and len(numbers) > 2:
             number, unit = split_quantity(str(numbers[-1]))
             values["kv_in_use_gib"] = round(number / (1 << 30), 2) if unit == "bytes" else number
         values["error"] = "less than desired" in text
@@ -261,6 +263,9 @@ class _Lines(Transformer):
     def cli_arg(self, items):
         return cli_option(items)
 
+    def model_name(self, items):
+        return (F.VllmModelName, {"name": str(items[1]), "source": f"`{items[0]}` line"})
+
     def launch_command(self, items):
         words = [str(i) for i in items[1:] if isinstance(i, Token)]
         args = dict(i for i in items[1:] if isinstance(i, tuple))
@@ -284,8 +289,7 @@ def _parser() -> Lark:
 
 def parse_vllm_line(text: str) -> list[Parsed]:
     """The facts a line states (0.28+ prints two on one line), or [] when it states none."""
-    try:
-        tree = _parser().parse(text)
-    except LarkError:
+    read = parse_to_damage(_parser().parse, text)
+    if read is None:
         return []
-    return _Lines().transform(tree) or []
+    return [attrs.evolve(p, read_to=read[1]) for p in _Lines().transform(read[0]) or []]

@@ -1,0 +1,343 @@
+"""The Python API: `capdiag.explain`, `gate`, `plan`, `diff` and what they return.
+
+The command line is a thin layer over these functions, so a notebook gets exactly what the
+CLI prints. Every problem with the input raises `capdiag.InputError` with the one-line message
+the CLI prints (`capdiag: error: <message>`). docs/api.md documents it; its examples run in the
+test suite.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import attrs
+
+from capdiag import facts as F
+from capdiag.analysis import Analysis, analyse
+from capdiag.errors import InputError
+from capdiag.source import LogInput
+from capdiag.whatif import parse_what_if
+
+DEFAULT_LENGTHS = (4096, 6144, 8192)
+DEFAULT_FAIL_ON = "warning"
+WhatIfInput = Union[Mapping[str, Any], Sequence[str], None]
+
+
+@attrs.frozen
+class EvidenceLine:
+    """One line a conclusion rests on: where (`line 12`, `nvidia-smi line 3`, `config.json`,
+    `input`), its line number (0 for inputs), the input it came from, and its text."""
+
+    where: str
+    line: int
+    source: str
+    text: str
+    kind: str
+
+
+@attrs.frozen
+class Category:
+    """One row of the memory breakdown of the target rank."""
+
+    category: str
+    gib: Optional[float]  # None when unknown
+    status: str  # measured | derived | unknown
+    derivation: str  # the arithmetic, or the reason it is unknown
+    rule: str
+    evidence: tuple[EvidenceLine, ...]
+
+
+@attrs.frozen
+class Finding:
+    """A finding with its evidence chain: the conclusions it was drawn from, down to log lines."""
+
+    code: Optional[str]
+    name: str
+    severity: str  # info | warning | error
+    title: str
+    message: str
+    action: str
+    because: tuple[dict, ...]  # the conclusions it rests on: rule, topic, key, value, formula
+    evidence: tuple[EvidenceLine, ...]
+
+
+def _evidence(rows: Iterable[dict[str, Any]]) -> tuple[EvidenceLine, ...]:
+    return tuple(EvidenceLine(e["where"], e["line"], e["source"], e["text"], e["kind"]) for e in rows)
+
+
+class _Document:
+    """A report as data (the documented JSON contract) that renders itself."""
+
+    def __init__(self, data: dict[str, Any]):
+        self._data = data
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (a deep copy: changing it changes nothing here)."""
+        return json.loads(self.to_json())
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self._data, indent=indent, ensure_ascii=False)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._data.get('schema')}>"
+
+
+class Report(_Document):
+    """What `capdiag explain` reports for one log (docs/report-json.md is the contract)."""
+
+    def __init__(self, data: dict[str, Any], analysis: Optional[Analysis] = None):
+        super().__init__(data)
+        self._analysis = analysis
+
+    @property
+    def framework(self) -> str:
+        return self._data["framework"]
+
+    @property
+    def phase(self) -> Optional[str]:
+        """The start-up phase the analysed launch reached (`ready` when it finished)."""
+        return self._data["source"]["phase_reached"]
+
+    @property
+    def breakdown(self) -> tuple[Category, ...]:
+        return tuple(Category(r["category"], r["gib"], r["status"], r["derivation"], r["rule"],
+                              _evidence(r["evidence"])) for r in self._data["breakdown"])
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(Finding(f["code"], f["name"], f["severity"], f["title"], f["message"], f["action"],
+                             tuple(f["because"]), _evidence(f["evidence"])) for f in self._data["findings"])
+
+    @property
+    def concurrency(self) -> tuple[dict, ...]:
+        return tuple(self._data["concurrency"])
+
+    def render(self, fmt: str = "text", *, color: bool = False, width: Optional[int] = None) -> str:
+        """The report as `text` (wrapped to `width`, default 100 columns), `markdown`, `html` or `json`."""
+        from capdiag.render import FORMATS, render
+        from capdiag.terminal import DEFAULT_WIDTH
+
+        if fmt not in FORMATS:
+            raise InputError(f"--format {fmt}: one of {', '.join(FORMATS)}")
+        return render(self._data, fmt, color=color, width=width or DEFAULT_WIDTH)
+
+    def trace(self, rules: Sequence[str] = (), *, width: Optional[int] = None) -> str:
+        """The engine's firings (each rule's inputs and value), for `rules` (names, codes or
+        patterns like `breakdown.*`; all when empty), and why each of those did not fire."""
+        from capdiag.render import render_trace
+        from capdiag.report import rule_wanted, trace_rows
+        from capdiag.rules import rules_for
+        from capdiag.terminal import DEFAULT_WIDTH
+
+        if self._analysis is None:
+            raise InputError("this report was not made by capdiag.explain; there is nothing to trace")
+        candidates = rules_for(self._analysis.framework)
+        for wanted in rules:
+            if not any(rule_wanted(r, (wanted,)) for r in candidates):
+                raise InputError(f"--trace {wanted}: no rule of this {self.framework} analysis is called that; "
+                                 "`capdiag rules` lists the finding rules")
+        rows = trace_rows(self._analysis.firings, candidates, self._analysis.knowledge, tuple(rules))
+        return render_trace(rows, width or DEFAULT_WIDTH)
+
+
+def _what_if(what_if: WhatIfInput) -> Optional[F.WhatIf]:
+    if what_if is None:
+        return None
+    items = [f"{k}={v}" for k, v in what_if.items()] if isinstance(what_if, Mapping) else list(what_if)
+    return parse_what_if(tuple(items))
+
+
+def analyse_options(*, gpu=None, gpu_total_gib=None, nvidia_smi=None, config_json=None, framework=None,
+                    target_rank=None, launch=None, token_lengths=DEFAULT_LENGTHS, what_if: WhatIfInput = None,
+                    until_ready=None) -> dict[str, Any]:
+    """The API's keyword arguments as analysis.analyse() takes them."""
+    return {"launch": launch, "target_rank": None if target_rank is None else str(target_rank),
+            "token_lengths": tuple(token_lengths), "gpu": gpu, "gpu_total_gib": gpu_total_gib,
+            "framework": framework, "nvidia_smi": nvidia_smi, "config_json": config_json,
+            "what_if": _what_if(what_if), "until_ready": until_ready}
+
+
+def _analysis(log: LogInput, **inputs: Any) -> Analysis:
+    return analyse(log, **analyse_options(**inputs))
+
+
+def explain(log: LogInput, *, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
+            nvidia_smi: Optional[str] = None, config_json: Optional[str] = None, framework: Optional[str] = None,
+            target_rank: Union[str, int, None] = None, launch: Optional[int] = None,
+            token_lengths: Sequence[int] = DEFAULT_LENGTHS, what_if: WhatIfInput = None,
+            until_ready: Optional[bool] = None) -> Report:
+    """Explain where each GPU's memory went in one start-up log.
+
+    `log` is a path (`-` for stdin, `.gz` read as such), the log's text (a str holding a
+    newline), bytes, a file object (text or binary) or an iterable of lines. `nvidia_smi` and
+    `config_json` are paths; `what_if` is `{"mem_fraction_static": 0.88}` or `["KEY=VALUE"]`.
+    """
+    from capdiag.report import build
+
+    a = _analysis(log, gpu=gpu, gpu_total_gib=gpu_total_gib, nvidia_smi=nvidia_smi, config_json=config_json,
+                  framework=framework, target_rank=target_rank, launch=launch, token_lengths=token_lengths,
+                  what_if=what_if, until_ready=until_ready)
+    return Report(build(a), a)
+
+
+class GateResult:
+    """A gate verdict over one or more logs: `status` pass | fail | error and the exit code."""
+
+    def __init__(self, verdict):
+        self.verdict = verdict
+
+    @property
+    def status(self) -> str:
+        return self.verdict.status
+
+    def exit_code(self, exit_zero: bool = False) -> int:
+        return self.verdict.exit_code(exit_zero)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(self.render("json"))
+
+    def render(self, fmt: str = "text", repo_root: Optional[str] = None) -> str:
+        """One of gate_render.GATE_FORMATS (text, json, sarif, junit, github, …); `repo_root`
+        makes the log paths in SARIF, GitLab and GitHub output relative to it."""
+        from capdiag.gate_render import GATE_FORMATS, render_gate
+
+        if fmt not in GATE_FORMATS:
+            raise InputError(f"--format {fmt}: one of {', '.join(GATE_FORMATS)}")
+        return render_gate(self.verdict, fmt, repo_root)
+
+    def __repr__(self) -> str:
+        return f"<GateResult {self.status}>"
+
+
+def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Optional[str] = None,
+         baseline: Optional[str] = None, deployment: Optional[str] = None, fail_on_unknown: bool = False,
+         **inputs: Any) -> GateResult:
+    """Gate a deploy on start-up logs: fails on a finding at or above `fail_on` (default: the
+    policy's, else warning) that the baseline does not accept, and with `fail_on_unknown` (or
+    the policy's) on a rule at that level that could not judge. `deployment` names the
+    deployment (part of every fingerprint; beats the policy's). `inputs` as for explain()."""
+    from capdiag import gating
+    from capdiag.policy import SEVERITIES, load_policy
+
+    if fail_on is not None and fail_on not in SEVERITIES:
+        raise InputError(f"--fail-on {fail_on}: one of {', '.join(SEVERITIES)}")
+    loaded = load_policy(policy) if policy else None
+    level = fail_on or (loaded.fail_on if loaded else None) or DEFAULT_FAIL_ON
+    entries = gating.read_baseline(baseline) if baseline else None
+    return GateResult(gating.run(list(logs), fail_on=level, baseline=entries, policy=loaded,
+                                 deployment=deployment or (loaded.deployment if loaded else None),
+                                 fail_on_unknown=fail_on_unknown or bool(loaded and loaded.fail_on_unknown),
+                                 **analyse_options(**inputs)))
+
+
+@attrs.frozen
+class Outcome:
+    """One of many logs: its report, or the one-line error that stopped it (never both)."""
+
+    path: str
+    report: Optional[Report]
+    error: Optional[str]
+
+
+def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: Any) -> Iterator[Outcome]:
+    """explain() over many logs (paths; a directory stands for its *.log and *.log.gz files),
+    in `jobs` worker processes (default: one per core), yielded in input order. A log that
+    cannot be read is an Outcome with its error; the others go on."""
+    from capdiag.batch import explain_many as run_many
+
+    for item in run_many(logs, jobs=jobs, **inputs):
+        yield Outcome(item.path, None if item.report is None else Report(item.report), item.error)
+
+
+class Plan(_Document):
+    """The pre-deploy worksheet: buckets per GPU, the verdict, the smallest TP that fits, the
+    most concurrent requests, and when it does not fit, the nearest deployments that do."""
+
+    @property
+    def verdict(self) -> Optional[str]:
+        return self._data["verdict"]
+
+    def render(self, fmt: str = "text") -> str:
+        from capdiag.render import render_plan
+
+        return render_plan(self._data, _check_format(fmt))
+
+
+def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, params: Union[str, float, None] = None,
+         layers: Optional[int] = None, kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
+         hidden: Optional[int] = None, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
+         contexts: Optional[Sequence[int]] = None, concurrency: Optional[int] = None,
+         workloads: Sequence[Union[str, tuple[int, int]]] = (), gpu: Optional[str] = None,
+         gpu_total_gib: Optional[float] = None, gpus: Optional[int] = None, tp: Optional[int] = None,
+         framework: Optional[str] = None, fraction: Optional[float] = None, headroom: float = 0.15,
+         training: Optional[str] = None, from_log: Optional[LogInput] = None) -> Plan:
+    """Size a deployment before it exists (`capdiag plan`).
+
+    The model's shape comes from one of `config_json` (a path), `model` (a Hugging Face id,
+    ORG/NAME: its config.json and, for the exact weight bytes, its safetensors index, through
+    huggingface_hub's cache, HF_TOKEN and HF_HUB_OFFLINE), or `layers`/`kv_heads`/`head_dim`
+    (`hidden` for the activation estimate) with `params` ("70B", "7e10" or a number).
+    `workloads` are "8192x16" or (8192, 16); `from_log` fills TP, dtypes, framework and
+    fraction from a start-up (what is given here wins) and compares the prediction with it.
+    """
+    from capdiag import planning
+
+    shapes = [name for name, given in (("--config-json", config_json), ("--model", model),
+                                       ("--layers/--kv-heads/--head-dim", layers or kv_heads or head_dim)) if given]
+    if len(shapes) > 1:
+        raise InputError(f"give the model's shape once: {' or '.join(shapes)}")
+    shape = planning.shape_config(layers, kv_heads, head_dim, hidden)
+    stored = None
+    if model is not None:
+        from capdiag.hub import model_files
+
+        shape, stored = model_files(model)
+    count = planning.parse_params(params) if isinstance(params, str) else params
+    if count is None and shape is None and config_json is None:
+        raise InputError("give --params, --config-json or --model")
+    mixes = tuple(planning.parse_workload(w) if isinstance(w, str) else tuple(w) for w in workloads)
+    if concurrency:
+        if not contexts:
+            raise InputError("--concurrency needs --context")
+        mixes += ((contexts[0], concurrency),)
+    analysis = logged = None
+    if from_log is not None:
+        analysis = analyse(from_log, gpu=gpu, gpu_total_gib=gpu_total_gib, config_json=config_json)
+        logged = planning.request_from_log(analysis, count)
+
+    def pick(given, key, default):
+        return given if given is not None else getattr(logged, key) if logged is not None else default
+
+    request = F.PlanRequest(
+        evidence=F.Evidence(F.INPUT_LINE, "capdiag plan" if logged is None else logged.evidence.text, 0, "input"),
+        params=count, weight_dtype=pick(weight_dtype, "weight_dtype", "bf16"), kv_dtype=pick(kv_dtype, "kv_dtype", "bf16"),
+        workloads=mixes, contexts=tuple(contexts or ()), gpus=pick(gpus, "gpus", None), tp=pick(tp, "tp", None),
+        framework=pick(framework, "framework", "sglang"), fraction=pick(fraction, "fraction", None), headroom=headroom,
+        training=training, weights_as_stored=stored is not None and weight_dtype is None)
+    report = planning.plan(request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, model=shape,
+                           weights=stored)
+    if analysis is not None:
+        report["from_log"] = {"path": analysis.path, "comparison": planning.compare_with_log(report, analysis)}
+    return Plan(report)
+
+
+class Diff(_Document):
+    """Two start-ups compared: configuration, memory per category, capacity, findings."""
+
+    def render(self, fmt: str = "text") -> str:
+        from capdiag.render import render_diff
+
+        return render_diff(self._data, _check_format(fmt))
+
+
+def diff(before: LogInput, after: LogInput, **inputs: Any) -> Diff:
+    """Compare two start-up logs; `inputs` as for explain(), applied to both."""
+    from capdiag.diffing import diff as compare
+
+    return Diff(compare(_analysis(before, **inputs), _analysis(after, **inputs)))
+
+
+def _check_format(fmt: str) -> str:
+    if fmt not in ("text", "markdown", "json"):
+        raise InputError(f"--format {fmt}: one of text, markdown, json")
+    return fmt

@@ -1,0 +1,112 @@
+"""Many logs at once (`capdiag explain LOG LOG… | DIR`): one report per log, made in worker
+processes (one per core by default), given back in input order; a log that cannot be read is
+reported with its one-line error and the others go on."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Iterator, Optional, Sequence
+
+import attrs
+
+from capdiag.errors import InputError
+from capdiag.parsing import build_parsers
+
+LOG_SUFFIXES = (".log", ".log.gz")
+SUMMARY_COLUMNS = ("log", "model", "framework", "gpu", "tp", "weights_gib", "kv_gib", "kv_tokens", "request_tokens",
+                   "concurrency", "concurrency_upper_bound", "worst_severity", "worst_code", "worst_finding", "phase",
+                   "error")
+
+
+@attrs.frozen
+class Item:
+    """One log's outcome: its report (as data, the JSON contract) or the one-line error."""
+
+    path: str
+    report: Optional[dict]
+    error: Optional[str]
+
+
+def expand(logs: Sequence[str]) -> list[str]:
+    """The logs named, a directory standing for its `*.log` and `*.log.gz` files in name order."""
+    paths: list[str] = []
+    for log in logs:
+        if log != "-" and os.path.isdir(log):
+            found = sorted(os.path.join(log, n) for n in os.listdir(log)
+                           if n.endswith(LOG_SUFFIXES) and os.path.isfile(os.path.join(log, n)))
+            if not found:
+                raise InputError(f"{log}: a directory with no {' or '.join('*' + s for s in LOG_SUFFIXES)} file")
+            paths.extend(found)
+        else:
+            paths.append(log)
+    return paths
+
+
+def _explain(job: tuple[str, dict[str, Any]]) -> Item:
+    from capdiag import api
+
+    path, inputs = job
+    try:
+        return Item(path, api.explain(path, **inputs).to_dict(), None)
+    except InputError as exc:
+        message = str(exc)
+        return Item(path, None, message if message.startswith(path) else f"{path}: {message}")
+
+
+def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: Any) -> Iterator[Item]:
+    """Each log's Item, in the order given (directories expanded), made by `jobs` worker
+    processes (default: one per core; 1 works in this process)."""
+    paths = expand(logs)
+    work = [(path, inputs) for path in paths]
+    jobs = min(jobs or os.cpu_count() or 1, len(paths))
+    if jobs <= 1:
+        yield from map(_explain, work)
+        return
+    # forked workers inherit the imports and the parsers built here; a log is ~30 ms of work,
+    # so they take several at a time
+    build_parsers()
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        yield from pool.map(_explain, work, chunksize=max(1, len(work) // (jobs * 4)))
+
+
+def summary_row(item: Item) -> dict[str, Any]:
+    """One log as a row of the summary table and the CSV (SUMMARY_COLUMNS; None: not known)."""
+    if item.report is None:
+        return {**dict.fromkeys(SUMMARY_COLUMNS), "log": item.path, "error": item.error}
+    r = item.report
+    rows = {b["category"]: b["gib"] for b in r["breakdown"]}
+    first = r["concurrency"][0] if r["concurrency"] else {}
+    worst = r["findings"][0] if r["findings"] else None
+    return {"log": item.path, "model": r["config"].get("model"), "framework": r["framework"],
+            "gpu": r["gpu"].get("alias") or r["gpu"].get("name"), "tp": r["config"].get("tp_size"),
+            "weights_gib": rows.get("weights"), "kv_gib": rows.get("kv_cache"), "kv_tokens": r["kv_pool"].get("tokens"),
+            "request_tokens": first.get("request_tokens"), "concurrency": first.get("max_concurrent"),
+            "concurrency_upper_bound": first.get("upper_bound"),
+            "worst_severity": worst["severity"] if worst else None, "worst_code": worst["code"] if worst else None,
+            "worst_finding": worst["name"] if worst else None, "phase": r["source"]["phase_reached"], "error": None}
+
+
+# the terminal table's columns: key -> heading (the CSV has every SUMMARY_COLUMNS key)
+TABLE_HEADINGS = {"log": "log", "model": "model", "framework": "framework", "gpu": "GPU", "tp": "TP",
+                  "weights_gib": "weights GiB", "kv_gib": "KV GiB", "kv_tokens": "KV tokens",
+                  "concurrency": "concurrent", "worst": "worst finding", "phase": "phase"}
+
+
+def table_cells(row: dict[str, Any]) -> dict[str, str]:
+    """A summary row as the table's text cells; an unreadable log's error takes the place of
+    its figures."""
+    if row["error"] is not None:
+        return {**dict.fromkeys(TABLE_HEADINGS, ""), "log": row["log"], "model": "error: " + row["error"]}
+
+    def text(value):
+        return "—" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+    cells = {key: text(row.get(key)) for key in TABLE_HEADINGS}
+    if row["concurrency"] is not None:
+        cells["concurrency"] = (f"{row['concurrency']}{'*' if row['concurrency_upper_bound'] else ''}"
+                                f" @{row['request_tokens']}")
+    cells["worst"] = (f"{row['worst_severity']} {row['worst_code']} {row['worst_finding']}" if row["worst_finding"]
+                      else "none")
+    return cells

@@ -1,0 +1,79 @@
+"""Line kinds of a failure, both frameworks: the pieces of a Python traceback and the markers a
+dying process group prints. `process` is the process that printed the line, as its prefix
+names it (`EngineCore_DP0 pid=941609`, `Worker_TP1 pid=7`, SGLang's `TP3`, `DP3 TP3`); None
+for a line without a prefix. capdiag/failures.py assembles them into tracebacks.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+
+from capdiag.facts.base import Fact
+
+
+@attrs.frozen(kw_only=True)
+class TracebackStart(Fact):
+    """`Traceback (most recent call last):` — also after SGLang's `Scheduler hit an exception:`."""
+
+    process: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class TracebackFrame(Fact):
+    """`File "…/model_runner.py", line 412, in initialize`: one frame of a traceback."""
+
+    process: Optional[str] = None
+    path: str
+    lineno: int
+    function: str
+
+
+@attrs.frozen(kw_only=True)
+class ExceptionChained(Fact):
+    """Python's marker between two tracebacks of one chain: `cause` for "The above exception was
+    the direct cause of the following exception:", `context` for "During handling of the above
+    exception, another exception occurred:"."""
+
+    process: Optional[str] = None
+    link: str
+
+
+@attrs.frozen(kw_only=True)
+class ExceptionIgnored(Fact):
+    """`Exception ignored in: <function …__del__ …>`: the traceback after it is a clean-up's."""
+
+    process: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class ExceptionRaised(Fact):
+    """The last line of a traceback: `pkg.ExceptionType: message` (or the bare type)."""
+
+    process: Optional[str] = None
+    type: str
+    message: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ValidationDetail(Fact):
+    """pydantic's reason line under `ValidationError: N validation error for …`:
+    `Value error, <message> [type=value_error, …]`."""
+
+    process: Optional[str] = None
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class ProcessKilled(Fact):
+    """A bare `Killed` (the shell reporting SIGKILL, usually the kernel's out-of-memory killer)."""
+
+    process: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class ChildFailed(Fact):
+    """A parent noticing that a child died: SGLang's `Received sigquit from a child process. It
+    usually means the child failed.` — always a consequence."""
+
+    process: Optional[str] = None

@@ -1,0 +1,219 @@
+"""From the traceback pieces of a launch to its root cause, named from the catalogue.
+
+Python prints a traceback as lines (`Traceback …`, frames, `Type: message`), several
+processes print theirs at once (each line keeps its process prefix; SGLang's and vLLM 0.31+'s
+continuation lines have none and belong to the traceback that is open), and one failure shows
+as a chain: the original exception, then those raised while handling it or because of it
+(`During handling …`, `The above exception was the direct cause …`), then each parent
+process reporting that its child died. The root cause is the first exception that is not
+one of those consequences; references/failure-causes.toml names it.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Iterable, Optional
+
+import attrs
+
+from capdiag import facts as F
+from capdiag.resources import reference_toml
+
+
+@attrs.frozen
+class Raised:
+    """One exception of a launch, with the traceback that led to it."""
+
+    exception: F.Fact  # ExceptionRaised, ProcessKilled, or an error a framework states (_STATED)
+    frames: tuple[F.TracebackFrame, ...] = ()
+    start: Optional[F.TracebackStart] = None
+    chain: int = 0  # exceptions of one chain share it
+    link: Optional[str] = None  # how it follows the one before in its chain: "cause", "context"
+    ignored: bool = False  # printed under `Exception ignored in:` (a destructor at clean-up)
+    details: tuple[F.ValidationDetail, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """`Type: message`, and pydantic's reason lines, as the catalogue patterns read it."""
+        e = self.exception
+        if isinstance(e, F.ExceptionRaised):
+            head = f"{e.type}: {e.message}" if e.message else e.type
+        else:
+            head = "Killed" if isinstance(e, F.ProcessKilled) else e.evidence.text
+        return "\n".join([head] + [d.message for d in self.details])
+
+    @property
+    def process(self) -> Optional[str]:
+        """The process that raised it, as its prefix names it (SGLang's continuation lines have
+        none: the traceback's first line does)."""
+        for f in (self.exception, self.start):
+            if f is not None and getattr(f, "process", None) not in (None, "main"):
+                return f.process
+        return None
+
+    @property
+    def rank(self) -> F.Rank:
+        tagged = [f.rank for f in (self.exception, self.start) if f is not None and f.rank.tagged]
+        return tagged[0] if tagged else F.NO_RANK
+
+    @property
+    def innermost(self) -> Optional[F.TracebackFrame]:
+        return self.frames[-1] if self.frames else None
+
+
+@attrs.frozen
+class Cause:
+    """A catalogue entry: what a root cause is called and what to do about it."""
+
+    name: str
+    role: str  # "cause", "consequence", "noise"
+    title: str
+    next_step: str
+    wording: dict  # the wording that matched (pattern, who, versions, example, source)
+
+
+@attrs.frozen
+class RootCause:
+    raised: Raised
+    cause: Optional[Cause]  # None: the exception is in no catalogue entry
+    phase: Optional[str]  # from the frames (catalogue phase names), None when they name none
+    consequences: tuple[Raised, ...] = ()  # what the log shows happening because of it
+
+    @property
+    def line(self) -> F.Fact:
+        return self.raised.exception
+
+
+# Errors a framework states on a line of their own; without a traceback they are the exception.
+_STATED = (F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, F.VllmStartupMemory)
+_PIECES = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgnored, F.ExceptionRaised,
+           F.ValidationDetail, F.ProcessKilled)
+
+
+def exceptions(facts: Iterable[F.Fact]) -> list[Raised]:
+    """Every exception the facts show, in line order, each with its traceback and chain; an
+    error a framework states without a traceback (vLLM V0's `The model's max seq len …`) counts
+    as one."""
+    facts = list(facts)
+    raised_at = {f.evidence.line for f in facts if isinstance(f, F.ExceptionRaised)}
+    open_: dict[Optional[str], dict] = {}  # process -> the traceback being read
+    pending: dict[Optional[str], dict] = {}  # process -> link / ignored for its next traceback
+    last: dict[Optional[str], int] = {}  # process -> index of its last exception
+    out: list[Raised] = []
+    current: Optional[str] = None  # the process whose traceback an unprefixed line continues
+    recent: Optional[str] = None  # the process of the last exception: an unprefixed chain marker's
+    chains = 0
+    for fact in facts:
+        if isinstance(fact, _STATED) and fact.evidence.line not in raised_at and _is_error(fact):
+            chains += 1
+            out.append(Raised(fact, chain=chains))
+            continue
+        if not isinstance(fact, _PIECES):
+            continue
+        process = fact.process
+        if process is None:
+            if current in open_:
+                process = current
+            elif isinstance(fact, F.ExceptionChained) or (recent in pending and "link" in pending[recent]):
+                process = recent
+        if isinstance(fact, F.TracebackStart):
+            open_[process] = {"start": fact, "frames": [], **pending.pop(process, {})}
+            current = process
+        elif isinstance(fact, F.TracebackFrame):
+            if process in open_:
+                open_[process]["frames"].append(fact)
+                current = process
+        elif isinstance(fact, F.ExceptionChained):
+            pending[process] = {**pending.get(process, {}), "link": fact.link}
+            open_.pop(process, None)
+        elif isinstance(fact, F.ExceptionIgnored):
+            pending[process] = {"ignored": True}
+            open_.pop(process, None)
+        elif isinstance(fact, F.ValidationDetail):
+            index = last.get(process)
+            if index is not None:
+                out[index] = attrs.evolve(out[index], details=out[index].details + (fact,))
+        else:
+            block = open_.pop(process, None) or pending.pop(process, {})
+            link = block.get("link")
+            if link is None or process not in last:
+                chains += 1
+            chain = out[last[process]].chain if link is not None and process in last else chains
+            out.append(Raised(fact, tuple(block.get("frames", ())), block.get("start"), chain, link,
+                              bool(block.get("ignored"))))
+            last[process] = len(out) - 1
+            recent = process
+            if current == process:
+                current = None
+    return out
+
+
+def _is_error(fact: F.Fact) -> bool:
+    if isinstance(fact, F.VllmStartupError):
+        return fact.reason != "engine-failed"
+    return not isinstance(fact, F.VllmStartupMemory) or fact.error
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> tuple[list[Cause], list[tuple[str, str, frozenset]]]:
+    """The causes, in matching order, and the phases (name, words, functions) in start-up order."""
+    data = reference_toml("failure-causes.toml")
+    causes = [Cause(c["name"], c["role"], c["title"], c["next_step"], w)
+              for c in data["cause"] for w in c["wording"]]
+    phases = [(p["name"], p["words"], frozenset(p["functions"])) for p in data["phase"]]
+    return causes, phases
+
+
+@lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern, re.IGNORECASE | re.MULTILINE)
+
+
+def classify(r: Raised) -> Optional[Cause]:
+    """The first catalogue wording an exception matches (by its text, or by its frames' files)."""
+    paths = "\n".join(f.path for f in r.frames)
+    for cause in catalogue()[0]:
+        w = cause.wording
+        if ("pattern" in w and _compiled(w["pattern"]).search(r.text)) or \
+                ("frames" in w and paths and _compiled(w["frames"]).search(paths)):
+            return cause
+    return None
+
+
+def phase_of(r: Raised) -> Optional[str]:
+    """The latest start-up phase the traceback's frames name (None: they name none)."""
+    phases = catalogue()[1]
+    named = {f.function for f in r.frames}
+    found = [i for i, (_, _, functions) in enumerate(phases) if named & functions]
+    return phases[max(found)][0] if found else None
+
+
+def phase_words(name: str) -> str:
+    return next((words for n, words, _ in catalogue()[1] if n == name), name.replace("_", " "))
+
+
+def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
+    """The first exception of the launch that is neither a consequence nor clean-up noise.
+
+    Within a chain, Python prints the original first; across processes, the child's error comes
+    before its parent's report of it. An exception the catalogue does not know counts as a
+    cause (it is what the traceback says went wrong), unnamed.
+    """
+    raised = [r for r in exceptions(facts) if not r.ignored]
+    roles = [(r, classify(r)) for r in raised]
+    for r, cause in roles:
+        if cause is not None and cause.role != "cause":
+            continue
+        if cause is None:  # a later exception of the same chain may say more
+            cause = next((c for o, c in roles if o.chain == r.chain and c is not None and c.role == "cause"), None)
+        consequences = tuple(o for o, c in roles if o is not r and c is not None and c.role == "consequence")
+        return RootCause(r, cause, phase_of(r), consequences)
+    return None
+
+
+def failure_of(facts: Iterable[F.Fact]) -> Optional[RootCause]:
+    """The root cause of a launch's failure; for a launch that became ready, of a failure
+    after its ready line (an exception caught and logged during start-up did not stop it)."""
+    facts = list(facts)
+    ready = [f.evidence.line for f in facts if isinstance(f, (F.ServerReady, F.VllmEngineReady))]
+    return root_cause(f for f in facts if not ready or f.evidence.line > ready[-1])

@@ -1,0 +1,84 @@
+"""Traceback and dying-process lines → facts, through grammar/traceback.lark (both frameworks)."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Optional
+
+from lark import Lark, Token, Transformer
+from lark.exceptions import LarkError
+
+from capdiag import facts as F
+from capdiag.parsing.parsed import Parsed
+from capdiag.parsing.vllm import rank_of
+from capdiag.resources import grammar_text
+
+_SG_TAG = re.compile(r"\b(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)\b")
+
+
+class _Lines(Transformer):
+    def header(self, items):
+        """(process label, rank): the innermost vLLM/Ray tag, or SGLang's rank tags (`main` for
+        SGLang's main process, whose prefix carries none)."""
+        tags = [str(t) for t in items if isinstance(t, Token) and t.type == "PROC_TAG"]
+        if tags:
+            return tags[-1].strip("()"), rank_of(tags[-1])
+        prefix = next((str(t) for t in items if isinstance(t, Token) and t.type == "SG_PREFIX"), None)
+        if prefix is None:
+            return None, F.NO_RANK
+        found = _SG_TAG.findall(prefix)
+        if not found:
+            return "main", F.NO_RANK
+        rank = F.Rank(**{k.lower(): int(v) for k, v in found})
+        return " ".join(k + v for k, v in found), rank
+
+    def level_part(self, _):
+        return None
+
+    def tb_start(self, _):
+        return F.TracebackStart, {}
+
+    def frame(self, items):
+        return F.TracebackFrame, {"path": str(items[0])[1:-1], "lineno": int(items[1]),
+                                  "function": str(items[2]).rstrip(")")}
+
+    def chain_cause(self, _):
+        return F.ExceptionChained, {"link": "cause"}
+
+    def chain_context(self, _):
+        return F.ExceptionChained, {"link": "context"}
+
+    def ignored(self, _):
+        return F.ExceptionIgnored, {}
+
+    def sigquit(self, _):
+        return F.ChildFailed, {}
+
+    def killed(self, _):
+        return F.ProcessKilled, {}
+
+    def value_error(self, items):
+        return F.ValidationDetail, {"message": str(items[-1]).strip()}
+
+    def raised(self, items):
+        rest = str(items[2]).strip() if len(items) > 2 else ""
+        return F.ExceptionRaised, {"type": str(items[0]), "message": rest}
+
+    def start(self, items):
+        body = items[-1]
+        process, rank = items[0] if len(items) > 1 and isinstance(items[0], tuple) else (None, F.NO_RANK)
+        cls, values = body
+        return Parsed(rank, cls, {"process": process, **values})
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return Lark(grammar_text("traceback.lark"), parser="lalr", lexer="contextual")
+
+
+def parse_traceback_line(text: str) -> Optional[Parsed]:
+    """The traceback piece a line is, or None."""
+    try:
+        return _Lines().transform(_parser().parse(text))
+    except LarkError:
+        return None

@@ -1,0 +1,40 @@
+"""What stopped the start-up: the root cause of its failure."""
+from __future__ import annotations
+
+from capdiag import facts as F
+from capdiag.engine import Derived, rule
+from capdiag.failures import failure_of, phase_words
+from capdiag.rules._common import line_ref
+
+_READS = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgnored, F.ExceptionRaised,
+          F.ValidationDetail, F.ProcessKilled, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError,
+          F.VllmStartupMemory, F.ServerReady, F.VllmEngineReady)
+
+
+@rule("failure.root-cause", reads=_READS, concludes=("failure",))
+def root_cause(kb):
+    """The first exception of the launch that is not a consequence of another (a parent's
+    "Engine core initialization failed", a child's sigquit, a cache miss after the hub refused)
+    nor clean-up noise, named from references/failure-causes.toml; the rank that raised it and
+    the start-up phase its traceback was in. Absent when the log shows no failure."""
+    found = failure_of(kb.of(*_READS, role=None))
+    if found is None:
+        return
+    r, cause = found.raised, found.cause
+    frame = r.innermost
+    value = {"name": cause.name if cause else None, "title": cause.title if cause else None,
+             "next_step": cause.next_step if cause else None, "text": r.text.split("\n")[0],
+             "details": [d.message for d in r.details], "phase": found.phase,
+             "phase_words": phase_words(found.phase) if found.phase else None,
+             "rank": r.rank.label if r.rank.tagged else None, "process": r.process,
+             "line": r.exception.evidence.line,
+             "frame": None if frame is None else f"{frame.path}:{frame.lineno} in {frame.function}",
+             "wording": cause.wording if cause else None,
+             "consequences": [c.exception.evidence.line for c in found.consequences]}
+    premises = (r.exception,) + r.details + ((r.start,) if r.start else ()) + \
+        tuple(c.exception for c in found.consequences)
+    named = f"{cause.name} ({cause.wording['who']} {cause.wording['versions']})" if cause else \
+        "an exception the catalogue does not name"
+    yield Derived("failure", None, value, "failure.root-cause", premises,
+                  f"{r.text.splitlines()[0][:160]} ({line_ref(r.exception)}) is the first exception that is not a "
+                  f"consequence; it reads as {named}")

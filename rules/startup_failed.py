@@ -1,0 +1,61 @@
+"""startup-failed (CD125)."""
+from __future__ import annotations
+
+from capdiag.engine import rule
+from capdiag.rules._common import finding
+
+# Causes whose next step needs the log's figures: their own finding computes it.
+_FIGURED = {"cuda-out-of-memory": "out-of-memory", "kv-cache-no-room": "out-of-memory",
+            "gpu-memory-held": "utilization-too-high"}
+
+
+@rule("startup-failed", code="CD125", severity="error",
+      reads=("failure", "phase?", "finding:out-of-memory?", "finding:utilization-too-high?",
+             "finding:weights-exceed-budget?"),
+      concludes=("finding:startup-failed",))
+def startup_failed(kb):
+    """What it checks: the start-up failed with an exception, and which one is the root cause —
+    the first that is not a consequence of another. A worker's `ValueError` is the cause; the
+    engine core's "Engine core initialization failed. See root cause above", "WorkerProc failed
+    to start", SGLang's "Received sigquit from a child process", a `LocalEntryNotFoundError`
+    after the hub answered 403 are consequences and are never named as the cause.
+
+    Why it matters: the last error printed is usually a parent process reporting that a child
+    died; the line that says what went wrong is further up, often in another process's output
+    interleaved with the rest.
+
+    Example: `(Worker_TP1 pid=7) ERROR … [multiproc_executor.py:857] AssertionError: 151936 is not
+    divisible by 5` followed by `RuntimeError: Engine core initialization failed.`.
+
+    What to do: the next step of the named cause (references/failure-causes.toml holds every
+    cause with each wording, by version). An exception the catalogue does not name is cited
+    with its innermost frame: likely a bug or an incompatibility of this release.
+    """
+    failure = kb.get("failure")
+    if failure is None:
+        return
+    v = failure.value
+    where = f" during {v['phase_words']}" if v["phase_words"] else ""
+    who = f" on {v['rank']}" if v["rank"] else (f" in {v['process']}" if v["process"] else "")
+    reason = "; ".join(d.split(" [type=")[0] for d in v["details"])
+    quoted = v["text"][:300] + (f" — {reason[:300]}" if reason else "")
+    after = (f" The errors at line(s) {', '.join(str(n) for n in v['consequences'][:6])} are consequences of it."
+             if v["consequences"] else "")
+    specific = kb.get("finding", _FIGURED.get(v["name"], ""))
+    weights = kb.get("finding", "weights-exceed-budget")
+    if specific is not None:
+        action = specific.action
+    elif weights is not None and v["name"] in ("kv-cache-no-room", None):
+        action = weights.action
+    elif v["next_step"]:
+        action = v["next_step"]
+    else:
+        action = (f"Read the traceback ending at line {v['line']}"
+                  + (f" (innermost frame {v['frame']})" if v["frame"] else "")
+                  + ": it is no known configuration cause — likely a bug or an incompatibility of this release "
+                    "with the model or GPU; search the framework's issues for the message.")
+    title = v["title"] or f"Start-up failed: {v['text'].split(':')[0][:80]}"
+    yield finding("startup-failed", (failure,) + tuple(p for p in (specific, weights) if p is not None),
+                  f"Start-up failed{where}{who}. Root cause (line {v['line']}): {quoted}.{after}",
+                  severity="error", title=title, action=action,
+                  detail={"cause": v["name"], "phase": v["phase"], "line": v["line"], "rank": v["rank"]})

@@ -1,0 +1,71 @@
+"""The Python API: docs/api.md's examples run as doctests, `import capdiag` stays light, and the
+CLI prints exactly what the API returns."""
+from __future__ import annotations
+
+import doctest
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import capdiag
+from capdiag.cli import main
+from helpers import fixture
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_api_page_examples_run(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    page = ROOT / "docs" / "api.md"
+    # a code fence ends an example's expected output, as a blank line does for doctest
+    text = re.sub(r"^```.*$", "", page.read_text(encoding="utf-8"), flags=re.M)
+    test = doctest.DocTestParser().get_doctest(text, {}, "api.md", str(page), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted > 30 and result.failed == 0
+
+
+def test_import_capdiag_loads_no_analysis():
+    code = ("import sys, capdiag; heavy = ('lark', 'jinja2', 'click', 'attrs', 'capdiag.api', 'capdiag.analysis');"
+            "print([m for m in heavy if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_cli_prints_what_the_api_returns():
+    out = CliRunner().invoke(main, ["explain", fixture("mla_tp2.log"), "--format", "json"]).output
+    assert json.loads(out) == capdiag.explain(fixture("mla_tp2.log")).to_dict()
+    text = CliRunner().invoke(main, ["explain", fixture("mla_tp2.log")], env={"COLUMNS": "90"}).output
+    assert text == capdiag.explain(fixture("mla_tp2.log")).render("text", width=90)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gpu": "quantum9000"}, "--gpu quantum9000"),
+    ({"target_rank": 7}, "--target-rank 7"),
+    ({"what_if": {"mem_fraction_static": 2}}, "a fraction between 0 and 1"),
+])
+def test_errors_are_one_type_with_the_cli_message(kwargs, message):
+    with pytest.raises(capdiag.InputError) as info:
+        capdiag.explain(fixture("single_gpu_ready.log"), **kwargs)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_unknown_format_is_an_input_error():
+    with pytest.raises(capdiag.InputError, match="--format pdf"):
+        capdiag.explain(fixture("single_gpu_ready.log")).render("pdf")
+
+
+def test_a_text_stream_and_bytes_read_like_the_file():
+    path = fixture("vllm_v092_tp2.log")
+    expected = capdiag.explain(path).to_dict()
+    with open(path, encoding="utf-8") as fh:
+        from_stream = capdiag.explain(fh).to_dict()
+    from_bytes = capdiag.explain(Path(path).read_bytes()).to_dict()
+    for got in (from_stream, from_bytes):
+        assert got["breakdown"] == expected["breakdown"] and got["findings"] == expected["findings"]

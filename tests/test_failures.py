@@ -1,0 +1,174 @@
+"""Failed start-ups: traceback pieces, their assembly into chains, the root cause and its name.
+
+tests/failure_cases/*.log are failed start-ups written in the frameworks' real formats (process
+prefixes, interleaved ranks, chained exceptions, pydantic's `Value error, …`, Ray, SGLang's
+sigquit, a bare `Killed`); the first line of each says what the report must name:
+`# expect: line=N cause=NAME phase=PHASE rank=LABEL` (`-`: none).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from capdiag import facts as F
+from capdiag.failures import Raised, catalogue, classify, exceptions, root_cause
+from capdiag.parsing.traceback import parse_traceback_line
+from helpers import SHARED, corpus_report, finding
+
+CASES = Path(__file__).resolve().parent / "failure_cases"
+CORPUS = SHARED / "corpus"
+EXPECT = re.compile(r"# expect: line=(\d+) cause=(\S+) phase=(\S+) rank=(.+)$")
+
+
+def case_params():
+    return [pytest.param(p, id=p.stem) for p in sorted(CASES.glob("*.log"))]
+
+
+@pytest.mark.parametrize("path", case_params())
+def test_failure_case_names_its_root_cause(path: Path):
+    line, cause, phase, rank = EXPECT.match(path.read_text(encoding="utf-8").splitlines()[0]).groups()
+    rep = corpus_report(str(path))
+    f = finding(rep, "startup-failed")
+    assert f is not None, [x["rule"] for x in rep["findings"]]
+    assert f["detail"]["line"] == int(line) and f["main_evidence"]["line"] == int(line)
+    assert f["detail"]["cause"] == cause
+    assert f["detail"]["phase"] == (None if phase == "-" else phase)
+    assert f["detail"]["rank"] == (None if rank == "-" else rank)
+    assert rep["source"]["all_launches"][-1]["failure"]["line"] == int(line)
+    assert rep["findings"][0]["rule"] in ("startup-failed", "out-of-memory", "utilization-too-high")
+    assert finding(rep, "startup-incomplete") is None
+
+
+def test_every_cause_of_the_catalogue_has_a_case_or_a_corpus_log():
+    """Each named cause is exercised by a case file, a rule case or a corpus log."""
+    covered = {EXPECT.match(p.read_text(encoding="utf-8").splitlines()[0]).group(2) for p in CASES.glob("*.log")}
+    covered |= {"kv-cache-no-room", "kv-cache-below-max-model-len", "cuda-kernel-fault", "no-kernel-image",
+                "moe-kernel-config-incomplete"}  # rule cases and corpus logs (tests below)
+    causes = {c.name for c in catalogue()[0] if c.role == "cause"}
+    missing = causes - covered
+    assert missing <= {"model-not-found", "hub-unreachable"}, missing
+    for name in sorted(causes & {"model-not-found", "hub-unreachable"}):
+        example = next(c.wording["example"] for c in catalogue()[0] if c.name == name)
+        assert classify(_raised(example)).name == name
+
+
+def _raised(text: str) -> Raised:
+    parsed = parse_traceback_line(text)
+    assert parsed is not None and parsed.cls is F.ExceptionRaised, text
+    return Raised(parsed.cls(evidence=F.Evidence(1, text), rank=parsed.rank, **parsed.values))
+
+
+@pytest.mark.parametrize("cause", [pytest.param(c, id=f"{c.name}:{c.wording['who']}") for c in catalogue()[0]
+                                   if "pattern" in c.wording])
+def test_each_wording_example_is_named_by_its_own_cause(cause):
+    """The catalogue's order matters (the first match names the cause): every wording's example
+    must be named by the entry it belongs to, not an earlier one."""
+    example = cause.wording["example"]
+    detail = example.startswith("Value error, ")
+    text = f"pydantic_core._pydantic_core.ValidationError: 1 validation error" if detail else example
+    r = _raised(text) if not text.startswith("(") else _raised(text)
+    if detail:
+        r = Raised(r.exception, details=(F.ValidationDetail(evidence=F.Evidence(2, example),
+                                                            message=example[len("Value error, "):]),))
+    assert classify(r) is not None and classify(r).name == cause.name, (example, classify(r))
+
+
+def _facts(lines: list[str]) -> list[F.Fact]:
+    out = []
+    for n, text in enumerate(lines, 1):
+        parsed = parse_traceback_line(text)
+        if parsed is not None:
+            out.append(parsed.cls(evidence=F.Evidence(n, text), rank=parsed.rank, **parsed.values))
+    return out
+
+
+def test_interleaved_processes_keep_their_own_tracebacks():
+    facts = _facts([
+        "(Worker_TP1 pid=2) ERROR 04-02 10:00:31 [multiproc_executor.py:857] Traceback (most recent call last):",
+        "(Worker_TP0 pid=1) ERROR 04-02 10:00:31 [multiproc_executor.py:857] Traceback (most recent call last):",
+        '(Worker_TP1 pid=2) ERROR 04-02 10:00:31 [multiproc_executor.py:857]   File "/v/gpu_model_runner.py", line 9, in load_model',
+        '(Worker_TP0 pid=1) ERROR 04-02 10:00:31 [multiproc_executor.py:857]   File "/v/gpu_worker.py", line 3, in init_device',
+        "(Worker_TP0 pid=1) ERROR 04-02 10:00:31 [multiproc_executor.py:857] RuntimeError: NCCL error: remote process exited",
+        "(Worker_TP1 pid=2) ERROR 04-02 10:00:31 [multiproc_executor.py:857] AssertionError: 151936 is not divisible by 5",
+    ])
+    got = [(r.exception.evidence.line, r.process, [f.function for f in r.frames]) for r in exceptions(facts)]
+    assert got == [(5, "Worker_TP0 pid=1", ["init_device"]), (6, "Worker_TP1 pid=2", ["load_model"])]
+
+
+def test_sglang_continuation_lines_belong_to_the_open_traceback_and_chains_link():
+    facts = _facts([
+        "[2025-11-03 08:13:55 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/s/model_runner.py", line 612, in init_memory_pool',
+        "KeyError: 'x'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "Traceback (most recent call last):",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+        "[2025-11-03 08:13:55] Received sigquit from a child process. It usually means the child failed.",
+    ])
+    first, second = exceptions(facts)
+    assert (first.process, first.rank.tp, [f.function for f in first.frames]) == ("TP3", 3, ["init_memory_pool"])
+    assert second.chain == first.chain and second.link == "context"
+    found = root_cause(facts)
+    assert found.line.evidence.line == 3 and found.phase == "kv_pool"
+    assert found.cause.name == "kv-cache-no-room"  # the unnamed KeyError takes its chain's named cause
+
+
+def test_clean_up_tracebacks_and_consequences_are_never_the_root():
+    facts = _facts([
+        "(EngineCore_DP0 pid=9) Exception ignored in: <function ExecutorBase.__del__ at 0x7a42bd9a3420>",
+        "(EngineCore_DP0 pid=9) Traceback (most recent call last):",
+        "(EngineCore_DP0 pid=9) AttributeError: 'NoneType' object has no attribute 'ensure_kv_transfer_shutdown'",
+        "(APIServer pid=8) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    ])
+    assert [r.ignored for r in exceptions(facts)] == [True, False]
+    assert root_cause(facts) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_traceback_parser_never_raises(text):
+    parse_traceback_line(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.from_regex(r"[a-z_]{1,8}(\.[a-z_]{1,8}){0,3}\.[A-Z][a-zA-Z]{0,10}Error", fullmatch=True),
+       st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), max_size=80))
+def test_any_exception_line_reads_as_its_type_and_message(kind, message):
+    parsed = parse_traceback_line(f"(Worker_TP3 pid=7) ERROR 04-02 10:00:31 [x.py:1] {kind}: {message}")
+    assert parsed.cls is F.ExceptionRaised and parsed.values["type"] == kind
+    assert parsed.values["message"] == message.strip() and parsed.rank.tp == 3
+
+
+# ---- the shared corpus -------------------------------------------------------------------------
+
+def corpus_logs():
+    return [pytest.param(p, id=f"{p.parent.name}/{p.name[:3]}") for p in sorted(CORPUS.glob("*/*.log"))]
+
+
+def crashed(rep: dict) -> bool:
+    return not rep["source"]["ready"] and any(
+        f["rule"] in ("startup-failed", "out-of-memory", "utilization-too-high") or
+        (f["rule"] == "startup-incomplete" and f["severity"] == "error") for f in rep["findings"])
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus (../shared) is absent")
+@pytest.mark.parametrize("log", corpus_logs())
+def test_corpus_crash_names_a_root_cause_that_is_no_consequence(log: Path):
+    rep = corpus_report(str(log))
+    for launch in rep["source"]["all_launches"]:
+        failure = launch["failure"]
+        if failure is None:
+            continue
+        text = failure["text"]
+        assert not re.search(r"Engine core initialization failed|WorkerProc (?:initialization failed|failed to start)|"
+                             r"EngineCore failed to start|Received sigquit|LocalEntryNotFoundError|"
+                             r"Scheduler hit an exception", text), f"{log.name}: a consequence named as the cause: {text}"
+    if crashed(rep):
+        analysed = rep["source"]["all_launches"][rep["source"]["analyzed_launch"] - 1]
+        assert analysed["failure"] is not None, f"{log.name}: crashed, root cause not named"
+        f = finding(rep, "startup-failed")
+        assert f is not None and f["detail"]["line"] == analysed["failure"]["line"]

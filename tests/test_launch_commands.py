@@ -1,0 +1,72 @@
+"""Launch commands as configuration: wrapped by `\\` or by the author, `vllm serve`, the API
+server module, `docker run` of a vLLM image; a value from a command is labelled as from the
+command and the log's own statement wins where both exist. Fixtures written in the real formats."""
+from __future__ import annotations
+
+from capdiag.source import candidate_lines
+from helpers import corpus_report, fixture, write_log
+
+
+def joined(*physical: str) -> list[str]:
+    return [l.text for l in candidate_lines(enumerate(physical, 1))]
+
+
+def test_backslash_continuations_join_into_one_command():
+    assert joined("$ vllm serve Qwen/Qwen3-8B \\", "    --max-model-len 8192 \\", "    -tp 2", "INFO 01-01 00:00:00 x") == [
+        "$ vllm serve Qwen/Qwen3-8B --max-model-len 8192 -tp 2"]
+
+
+def test_author_wrapped_options_continue_the_command():
+    lines = candidate_lines(enumerate([
+        "python3 -m sglang.bench_one_batch --batch-size 1 --input 512",
+        "--output 64 --model-path meta-llama/Llama-3.1-70B-Instruct --tp 4",
+        "--cuda-graph-max-bs 8", "", "max_total_num_tokens=120000"], 1))
+    first = next(lines)
+    assert first.number == 1 and first.text.endswith("--tp 4 --cuda-graph-max-bs 8")
+    assert first.raw.count("\n") == 2  # the evidence keeps the three physical lines
+
+
+def test_an_ordinary_line_after_a_command_is_not_swallowed():
+    assert joined("vllm serve m", "--tp 2 is what I used", "INFO 01-01 [x.py:1] Model loading took 1.0 GiB") == [
+        "vllm serve m --tp 2 is what I used", "INFO 01-01 [x.py:1] Model loading took 1.0 GiB"]
+
+
+def test_sglang_command_wrapped_by_its_author_gives_model_tp_and_fraction():
+    report = corpus_report(fixture("sglang_wrapped_command.log"))
+    config, sources = report["config"], report["config_sources"]
+    assert config["model"] == "Qwen/Qwen2.5-32B-Instruct" and config["tp_size"] == 4
+    assert config["mem_fraction_static"] == 0.81
+    assert sources["tp_size"] == "launch command --tp 4"
+    assert sources["model"] == "launch command --model-path Qwen/Qwen2.5-32B-Instruct"
+
+
+def test_docker_run_of_a_vllm_image_and_the_log_winning_over_it():
+    report = corpus_report(fixture("vllm_docker_run_command.log"))
+    config, sources = report["config"], report["config_sources"]
+    # the command says --max-model-len 8192, the log's own args line 16384: the log wins
+    assert config["max_model_len"] == 16384 and sources["max_model_len"].startswith("namespace args")
+    assert config["model"] == "microsoft/phi-4"
+
+
+def test_docker_run_alone_configures_the_run(tmp_path):
+    log = write_log(tmp_path, "\n".join([
+        "$ docker run --gpus '\"device=1\"' ... vllm/vllm-openai:v0.11.0 Qwen/Qwen3-14B \\",
+        "    --tensor-parallel-size 1 --gpu-memory-utilization 0.55 --max-model-len 16384",
+        "",
+        "INFO [gpu_model_runner.py:2602] Model loading took 27.5223 GiB and 8.410321 seconds",
+        "INFO [gpu_worker.py:298] Available KV cache memory: 11.18 GiB",
+    ]) + "\n")
+    report = corpus_report(log)
+    config, sources = report["config"], report["config_sources"]
+    assert (config["model"], config["tp_size"], config["gpu_memory_utilization"], config["max_model_len"]) == (
+        "Qwen/Qwen3-14B", 1, 0.55, 16384)
+    assert sources["gpu_memory_utilization"] == "launch command --gpu-memory-utilization 0.55"
+    assert sources["model"].startswith("launch command")
+
+
+def test_api_server_module_with_short_options(tmp_path):
+    log = write_log(tmp_path, "python -m vllm.entrypoints.openai.api_server --model facebook/opt-125m -tp 2 -pp 2\n"
+                              "INFO 06-01 10:00:00 [gpu_model_runner.py:1347] Model loading took 0.2389 GiB and 1.2 seconds\n")
+    report = corpus_report(log)
+    assert report["config"]["tp_size"] == 2 and report["config"]["pp_size"] == 2
+    assert report["config_sources"]["tp_size"] == "launch command -tp 2"

@@ -1,0 +1,102 @@
+"""Many logs at once: `capdiag explain LOG LOG… | DIR` as a table, JSON lines or CSV, in input
+order from worker processes, a bad log reported without stopping the others."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from capdiag.batch import SUMMARY_COLUMNS
+from capdiag.cli import main
+from helpers import SHARED, fixture, run_entry
+
+LOGS = [fixture("single_gpu_ready.log"), fixture("vllm_v092_tp2.log"), fixture("oom_capture.log"),
+        fixture("mla_tp2.log")]
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args), standalone_mode=False, catch_exceptions=True)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_jsonl_is_one_report_per_log_in_input_order(jobs):
+    result = invoke("explain", *LOGS, "--format", "jsonl", "--jobs", jobs)
+    assert result.exception is None, result.output
+    reports = [json.loads(line) for line in result.output.splitlines()]
+    assert [r["source"]["path"] for r in reports] == LOGS
+    assert [r["framework"] for r in reports] == ["sglang", "vllm", "sglang", "sglang"]
+    single = json.loads(invoke("explain", LOGS[0], "--format", "json").output)
+    assert reports[0] == single  # the same report explain gives for the log alone
+
+
+def test_a_bad_log_is_reported_and_the_others_go_on(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    code, out, err = run_entry(monkeypatch, capsys, "explain", LOGS[0], str(empty), str(tmp_path / "gone.log"),
+                               LOGS[1], "--format", "jsonl", "--jobs", "2")
+    assert code == 2
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line.get("schema") for line in lines] == ["capdiag.report/1", "capdiag.error/1", "capdiag.error/1",
+                                                      "capdiag.report/1"]
+    assert lines[1] == {"schema": "capdiag.error/1", "path": str(empty), "error": f"{empty}: the log is empty"}
+    assert err.splitlines() == [f"capdiag: error: {empty}: the log is empty",
+                                f"capdiag: error: {tmp_path / 'gone.log'}: no such file"]
+
+
+def test_a_directory_stands_for_its_logs_in_name_order(tmp_path):
+    for name in ("b.log", "a.log.gz", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    shutil.copy(LOGS[0], tmp_path / "b.log")
+    import gzip
+    (tmp_path / "a.log.gz").write_bytes(gzip.compress(open(LOGS[1], "rb").read()))
+    result = invoke("explain", str(tmp_path), "--format", "jsonl")
+    paths = [json.loads(line)["source"]["path"] for line in result.output.splitlines()]
+    assert paths == [str(tmp_path / "a.log.gz"), str(tmp_path / "b.log")]
+
+
+def test_a_directory_without_logs_is_one_line(tmp_path, monkeypatch, capsys):
+    code, _, err = run_entry(monkeypatch, capsys, "explain", str(tmp_path))
+    assert code == 2 and err == f"capdiag: error: {tmp_path}: a directory with no *.log or *.log.gz file\n"
+
+
+def test_the_summary_table_has_a_row_per_log():
+    result = invoke("explain", *LOGS)
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["log", "model", "framework", "GPU", "TP", "weights", "GiB", "KV", "GiB", "KV",
+                                "tokens", "concurrent", "worst", "finding", "phase"]
+    row = lines[1].split()
+    assert row[0] == LOGS[0] and row[1] == "meta-llama/Llama-3.1-8B-Instruct" and row[2] == "sglang"
+    assert row[4:9] == ["1", "15.10", "48.82", "400000", "48"] and row[-1] == "ready"
+    assert "error CD102 out-of-memory" in lines[3] or "error CD101" in lines[3]
+    assert lines[3].split()[-1] != "ready"
+
+
+def test_csv_for_spreadsheets():
+    result = invoke("explain", *LOGS, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(result.output)))
+    assert list(rows[0]) == list(SUMMARY_COLUMNS) and len(rows) == len(LOGS)
+    assert (rows[0]["weights_gib"], rows[0]["kv_gib"], rows[0]["kv_tokens"], rows[0]["concurrency"]) == \
+        ("15.1", "48.82", "400000", "48")
+    assert rows[0]["worst_code"] and rows[0]["phase"] == "ready" and rows[0]["error"] == ""
+
+
+@pytest.mark.parametrize("fmt", ["json", "html", "markdown"])
+def test_one_report_formats_refuse_many_logs(fmt, monkeypatch, capsys):
+    code, _, err = run_entry(monkeypatch, capsys, "explain", *LOGS[:2], "--format", fmt)
+    assert code == 2 and "for many logs use table, jsonl, csv" in err
+
+
+@pytest.mark.skipif(not (SHARED / "corpus").is_dir(), reason="shared corpus (../shared) is absent")
+def test_the_whole_corpus_as_jsonl_and_table():
+    dirs = sorted(str(p) for p in (SHARED / "corpus").iterdir() if p.is_dir())
+    result = invoke("explain", *dirs, "--format", "jsonl", "--jobs", "2")
+    reports = [json.loads(line) for line in result.output.splitlines()]
+    logs = sorted(str(p) for d in dirs for p in __import__("pathlib").Path(d).iterdir() if p.name.endswith(".log"))
+    assert [r["source"]["path"] for r in reports] == logs
+    assert all(r["schema"] == "capdiag.report/1" for r in reports)
+    table = invoke("explain", *dirs).output.splitlines()
+    assert len(table) == 1 + len(logs) + ("* an upper bound" in table[-1])

@@ -1,0 +1,173 @@
+"""`capdiag plan`'s wrong-input paths: a bare --params, KV sizing from the command line's shape,
+--from-log keeping every bucket, the nearest configurations that fit, and --model through
+huggingface_hub against a Hugging Face cache the test builds (offline: no network)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import run_entry
+
+CONFIGS = Path(__file__).resolve().parent / "plan_configs"
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "capdiag" / "examples" / "sglang-llama31-8b-h100.log")
+CAPDIAG = Path(sys.executable).with_name("capdiag")
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+# Llama-3.1-70B's published shape and checkpoint size (model.safetensors.index.json total_size)
+LLAMA_70B_BYTES = 141_107_412_992
+
+
+def plan_json(monkeypatch, capsys, *args):
+    code, out, err = run_entry(monkeypatch, capsys, "plan", *args, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("given, written", [("70", "70B or 7e10"), ("8", "8B or 8e9"), ("0.5", "0.5B or 5e8")])
+def test_a_bare_small_params_says_how_to_write_it(given, written, monkeypatch, capsys):
+    code, _, err = run_entry(monkeypatch, capsys, "plan", "--params", given, "--gpu", "h100_sxm")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err == f"capdiag: error: --params {given}: a bare number counts single parameters; for {given} billion " \
+                  f"write {written}\n"
+
+
+@pytest.mark.parametrize("given, count", [("70B", 70e9), ("7e10", 7e10), ("70000000000", 7e10)])
+def test_params_written_out_are_taken(given, count, monkeypatch, capsys):
+    assert plan_json(monkeypatch, capsys, "--params", given, "--gpu", "h100_sxm")["parameters"] == count
+
+
+def test_params_with_the_shape_sizes_kv_without_a_config(monkeypatch, capsys):
+    shape = plan_json(monkeypatch, capsys, "--params", "70B", "--layers", "80", "--kv-heads", "8", "--head-dim", "128",
+                      "--hidden", "8192", "--workload", "8192x16", "--gpu", "h100_sxm", "--tp", "1")
+    config = plan_json(monkeypatch, capsys, "--params", "70B", "--config-json", str(CONFIGS / "llama-3.1-70b.json"),
+                       "--workload", "8192x16", "--gpu", "h100_sxm", "--tp", "1")
+    assert shape["kv_bytes_per_token"] == config["kv_bytes_per_token"] == 327680  # 0.3125 MiB
+    assert [b for b in shape["buckets"]] == [b for b in config["buckets"]]
+    kv = next(b for b in shape["buckets"] if b["bucket"] == "kv_cache")
+    assert kv["gib"] == 40.0
+
+
+def test_a_partial_shape_says_what_is_missing(monkeypatch, capsys):
+    code, _, err = run_entry(monkeypatch, capsys, "plan", "--params", "70B", "--layers", "80")
+    assert code == 2 and "needs --kv-heads, --head-dim" in err
+
+
+def test_from_log_keeps_the_kv_bucket_of_a_workload(monkeypatch, capsys):
+    args = ("--config-json", str(CONFIGS / "llama-3.1-8b.json"), "--workload", "8192x16", "--gpu", "h100_sxm")
+    alone = plan_json(monkeypatch, capsys, *args)
+    with_log = plan_json(monkeypatch, capsys, *args, "--from-log", EXAMPLE)
+    assert [b["bucket"] for b in with_log["buckets"]] == [b["bucket"] for b in alone["buckets"]]
+    assert "kv_cache" in [b["bucket"] for b in with_log["buckets"]]
+    kv = {d["bucket"]: d["gib"] for d in with_log["buckets"]}["kv_cache"]
+    assert kv == round(16 * 8192 * 131072 / 2**30, 2)  # 16 GiB: the log's TP 1, bf16 KV
+    assert with_log["from_log"]["comparison"]  # and the comparison with the log is still there
+
+
+def test_does_not_fit_lists_the_nearest_that_fit(tmp_path, monkeypatch, capsys):
+    # QwQ-32B's shape (64 layers, 8 KV heads of 128, hidden 5120, 40 attention heads) on 2 × RTX 4090
+    config = {"num_hidden_layers": 64, "num_key_value_heads": 8, "num_attention_heads": 40, "head_dim": 128,
+              "hidden_size": 5120, "intermediate_size": 27648, "vocab_size": 152064, "model_type": "qwen2"}
+    path = tmp_path / "qwq-32b-config.json"
+    path.write_text(json.dumps(config))
+    doc = plan_json(monkeypatch, capsys, "--config-json", str(path), "--gpu", "rtx4090", "--gpus", "2",
+                    "--workload", "8192x8")
+    assert doc["verdict"] == "does not fit"
+    alternatives = doc["fitting_alternatives"]
+    assert alternatives and all(a["need_gib_per_gpu"] <= doc["usable_gib_per_gpu"] for a in alternatives)
+    assert all(40 % a["tp"] == 0 for a in alternatives)  # a TP the attention heads divide
+    assert alternatives[0]["changes"] == ["GPUs (TP) 2 → 8"]
+    assert any(a["tp"] == 2 and a["weight_dtype"] == "int4" and a["kv_dtype"] == "fp8" for a in alternatives)
+    code, out, _ = run_entry(monkeypatch, capsys, "plan", "--config-json", str(path), "--gpu", "rtx4090", "--gpus", "2",
+                             "--workload", "8192x8")
+    assert "nearest that fit:" in out and "GPUs (TP) 2 → 8:" in out
+
+
+def test_fits_lists_no_alternatives(monkeypatch, capsys):
+    assert plan_json(monkeypatch, capsys, "--params", "7B", "--gpu", "h100_sxm")["fitting_alternatives"] == []
+
+
+# ---- --model through huggingface_hub, offline, against a cache built here --------------------------
+
+def _hub_cache(root: Path, repo: str, files: dict[str, object]) -> Path:
+    """A Hugging Face cache (hub layout: models--ORG--NAME/refs/main → snapshots/COMMIT/FILE)."""
+    cache = root / "hub"
+    model = cache / ("models--" + repo.replace("/", "--"))
+    (model / "refs").mkdir(parents=True)
+    (model / "refs" / "main").write_text(COMMIT)
+    snapshot = model / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    for name, content in files.items():
+        (snapshot / name).write_text(json.dumps(content))
+    return cache
+
+
+def _plan_offline(cache: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp / "hf-home"), "HF_HUB_OFFLINE": "1"}
+    env.pop("HF_TOKEN", None)
+    return subprocess.run([str(CAPDIAG), "plan", *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+hub = pytest.mark.skipif(not CAPDIAG.exists(), reason="console script not installed next to python")
+
+
+@hub
+def test_model_from_the_cache_gives_the_exact_weight_bytes(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    config = json.loads((CONFIGS / "llama-3.1-70b.json").read_text())
+    cache = _hub_cache(tmp_path, "meta-llama/Llama-3.1-70B-Instruct",
+                       {"config.json": config, "model.safetensors.index.json":
+                        {"metadata": {"total_size": LLAMA_70B_BYTES}, "weight_map": {}}})
+    proc = _plan_offline(cache, tmp_path, "--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h100_sxm",
+                         "--gpus", "8", "--workload", "8192x16", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    weights = next(b for b in doc["buckets"] if b["bucket"] == "weights")
+    assert weights["gib"] == round(LLAMA_70B_BYTES / 2**30 / 8, 2) and "total_size" in weights["derivation"]
+    assert doc["kv_bytes_per_token"] == 40960 and doc["totals"]["weights_gib"] == round(LLAMA_70B_BYTES / 2**30, 2)
+    # a weight dtype asked for sizes from the parameter count instead
+    proc = _plan_offline(cache, tmp_path, "--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h100_sxm",
+                         "--gpus", "8", "--weight-dtype", "fp8", "--format", "json")
+    weights = next(b for b in json.loads(proc.stdout)["buckets"] if b["bucket"] == "weights")
+    assert "total_size" not in weights["derivation"] and "× 1 B" in weights["derivation"]
+
+
+@hub
+def test_model_without_a_safetensors_index_counts_parameters(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    cache = _hub_cache(tmp_path, "acme/llama-8b", {"config.json": json.loads((CONFIGS / "llama-3.1-8b.json").read_text())})
+    proc = _plan_offline(cache, tmp_path, "--model", "acme/llama-8b", "--gpu", "h100_sxm", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    weights = next(b for b in json.loads(proc.stdout)["buckets"] if b["bucket"] == "weights")
+    assert "× 2 B" in weights["derivation"]
+
+
+@hub
+@pytest.mark.parametrize("model, words", [("acme/not-cached", "not in the Hugging Face cache"),
+                                          ("no-slash", "ORG/NAME")])
+def test_a_missing_model_is_one_line(model, words, tmp_path):
+    pytest.importorskip("huggingface_hub")
+    proc = _plan_offline(tmp_path / "empty-cache", tmp_path, "--model", model, "--gpu", "h100_sxm")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("capdiag: error: --model") and words in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("error, words", [("GatedRepoError", "a gated model"),
+                                          ("RepositoryNotFoundError", "no such model")])
+def test_gated_and_unknown_models_are_one_line(error, words, monkeypatch, capsys):
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    from huggingface_hub import errors
+
+    kind = getattr(errors, error)
+
+    def refuse(*args, **kwargs):
+        raise kind.__new__(kind)  # as the Hub's answer would (the HTTP response is not needed here)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
+    code, _, err = run_entry(monkeypatch, capsys, "plan", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "h100_sxm")
+    assert code == 2 and err.startswith("capdiag: error: --model meta-llama/Llama-3.1-70B: " + words)
+    assert len(err.splitlines()) == 1
