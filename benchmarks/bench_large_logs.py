@@ -205,9 +205,10 @@ def generate(framework: str, path: Path, size: int, seed: int = 7) -> dict:
     make = _sglang_chunk if framework == "sglang" else _vllm_chunk
     pool = [make(rng) for _ in range(POOL)]
     pool_lines = [c.count(b"\n") for c in pool]
+    pool_traffic = [_traffic_lines(c) for c in pool]
     placeholder = SGL_TS if framework == "sglang" else VLLM_TS
     stamp_fmt = "%Y-%m-%d %H:%M:%S" if framework == "sglang" else "%m-%d %H:%M:%S"
-    lines = written = 0
+    lines = written = traffic = 0  # traffic: request-time lines of the start-up the report analyses
     restart_line = None
     with open(path, "wb", buffering=16 * MiB) as fh:
         if framework == "sglang":
@@ -225,11 +226,13 @@ def generate(framework: str, path: Path, size: int, seed: int = 7) -> dict:
         fh.write(head)
         lines += head.count(b"\n")
         written += len(head)
+        traffic += _traffic_lines(head)
         i = 0
         while written < size:
             if restart is not None and written >= size // 2:
                 block = _restamp(restart, clock).encode()
                 restart_line = lines + 1
+                traffic = _traffic_lines(block)  # the first start-up's traffic is not the analysed one's
                 fh.write(block)
                 lines += block.count(b"\n")
                 written += len(block)
@@ -239,10 +242,17 @@ def generate(framework: str, path: Path, size: int, seed: int = 7) -> dict:
             k = i % POOL
             fh.write(pool[k].replace(placeholder, clock.strftime(stamp_fmt).encode()))
             lines += pool_lines[k]
+            traffic += pool_traffic[k]
             written += len(pool[k])
             clock += dt.timedelta(seconds=1)
             i += 1
-    return {"framework": framework, "bytes": written, "lines": lines, "restart_line": restart_line}
+    return {"framework": framework, "bytes": written, "lines": lines, "restart_line": restart_line,
+            "traffic_lines": traffic}
+
+
+def _traffic_lines(text: bytes) -> int:
+    """Request-time lines the run-time section counts: SGLang's batch lines, vLLM's metrics lines."""
+    return text.count(b"Decode batch") + text.count(b"Prefill batch") + text.count(b"Avg prompt throughput: ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,6 +315,11 @@ def check_report(report: dict, expect: dict) -> list[str]:
             problems.append(f"{what}: {got!r}, expected {value!r}")
 
     want("framework", report.get("framework"), expect["framework"])
+    runtime = report.get("runtime") or {}
+    want("runtime.lines (traffic lines of the analysed start-up)", runtime.get("lines"), expect["traffic_lines"])
+    usage = runtime.get("kv_usage") or {}
+    if not all(0 <= usage.get(k, -1) <= 1 for k in ("peak", "p50", "p90", "p99")):
+        problems.append(f"runtime.kv_usage: {usage!r}, expected fractions 0-1")
     want("source.lines", src.get("lines"), expect["lines"])
     want("source.ready", src.get("ready"), True)
     if expect["framework"] == "sglang":

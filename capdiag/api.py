@@ -149,12 +149,12 @@ def _what_if(what_if: WhatIfInput) -> Optional[F.WhatIf]:
 
 def analyse_options(*, gpu=None, gpu_total_gib=None, nvidia_smi=None, config_json=None, framework=None,
                     target_rank=None, launch=None, token_lengths=DEFAULT_LENGTHS, what_if: WhatIfInput = None,
-                    until_ready=None) -> dict[str, Any]:
+                    until_ready=None, runtime=True) -> dict[str, Any]:
     """The API's keyword arguments as analysis.analyse() takes them."""
     return {"launch": launch, "target_rank": None if target_rank is None else str(target_rank),
             "token_lengths": tuple(token_lengths), "gpu": gpu, "gpu_total_gib": gpu_total_gib,
             "framework": framework, "nvidia_smi": nvidia_smi, "config_json": config_json,
-            "what_if": _what_if(what_if), "until_ready": until_ready}
+            "what_if": _what_if(what_if), "until_ready": until_ready, "runtime": runtime}
 
 
 def _analysis(log: LogInput, **inputs: Any) -> Analysis:
@@ -165,18 +165,41 @@ def explain(log: LogInput, *, gpu: Optional[str] = None, gpu_total_gib: Optional
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None, framework: Optional[str] = None,
             target_rank: Union[str, int, None] = None, launch: Optional[int] = None,
             token_lengths: Sequence[int] = DEFAULT_LENGTHS, what_if: WhatIfInput = None,
-            until_ready: Optional[bool] = None) -> Report:
+            until_ready: Optional[bool] = None, runtime: bool = True) -> Report:
     """Explain where each GPU's memory went in one start-up log.
 
     `log` is a path (`-` for stdin, `.gz` read as such), the log's text (a str holding a
     newline), bytes, a file object (text or binary) or an iterable of lines. `nvidia_smi` and
-    `config_json` are paths; `what_if` is `{"mem_fraction_static": 0.88}` or `["KEY=VALUE"]`.
+    `config_json` are paths; `what_if` is `{"mem_fraction_static": 0.88}` or `["KEY=VALUE"]`;
+    `runtime=False` skips the request-time traffic lines (the report's `runtime` is then None).
     """
     from capdiag.report import build
 
     a = _analysis(log, gpu=gpu, gpu_total_gib=gpu_total_gib, nvidia_smi=nvidia_smi, config_json=config_json,
                   framework=framework, target_rank=target_rank, launch=launch, token_lengths=token_lengths,
-                  what_if=what_if, until_ready=until_ready)
+                  what_if=what_if, until_ready=until_ready, runtime=runtime)
+    return Report(build(a), a)
+
+
+def is_url(log: Any) -> bool:
+    return isinstance(log, str) and log.startswith(("http://", "https://"))
+
+
+def probe(url: Optional[str] = None, *, metrics_files: Sequence[str] = (), headers: Sequence[str] = (),
+          token_env: Optional[str] = None, timeout: float = 10.0, verify: Union[bool, str] = True,
+          framework: Optional[str] = None, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
+          token_lengths: Sequence[int] = DEFAULT_LENGTHS, target_rank: Union[str, int, None] = None,
+          what_if: WhatIfInput = None, **_log_only: Any) -> Report:
+    """The report of a running server, from its own endpoints (`url`), or of saved scrapes of its
+    `/metrics` (`metrics_files`, oldest first). Options that only a log has (`launch`,
+    `nvidia_smi`, …) are ignored."""
+    from capdiag.probe import analyse_probe
+    from capdiag.report import build
+
+    a = analyse_probe(url, tuple(metrics_files), framework=framework, headers=tuple(headers), token_env=token_env,
+                      timeout=timeout, verify=verify, gpu=gpu, gpu_total_gib=gpu_total_gib,
+                      token_lengths=tuple(token_lengths), target_rank=None if target_rank is None else str(target_rank),
+                      what_if=_what_if(what_if))
     return Report(build(a), a)
 
 

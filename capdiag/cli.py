@@ -101,6 +101,8 @@ INPUT_OPTIONS = (
                       "or the table."),
     click.option("--config-json", type=click.Path(dir_okay=False),
                  help="The model's config.json (theoretical KV bytes per token, expected weights)."),
+    click.option("--no-runtime", is_flag=True,
+                 help="Skip the run-time section: do not read the request-time traffic lines (faster on long logs)."),
     click.option("--until-ready/--to-end", "until_ready", default=None,
                  help="Report as soon as the start-up is ready or failed and the stream pauses, without waiting "
                       "for it to close (default for a pipe), or read to the end."),
@@ -112,10 +114,10 @@ def log_inputs(func):
     keyword arguments)."""
     @functools.wraps(func)
     def command(*args, target_rank, launch, what_if, token_lengths, gpu, gpu_total_gib, framework, nvidia_smi_file,
-                config_json, until_ready, **kwargs):
+                config_json, no_runtime, until_ready, **kwargs):
         inputs = {"target_rank": target_rank, "launch": launch, "what_if": what_if, "token_lengths": token_lengths,
                   "gpu": gpu, "gpu_total_gib": gpu_total_gib, "framework": framework, "nvidia_smi": nvidia_smi_file,
-                  "config_json": config_json, "until_ready": until_ready}
+                  "config_json": config_json, "until_ready": until_ready, "runtime": not no_runtime}
         return func(*args, inputs=inputs, **kwargs)
 
     for option in reversed(INPUT_OPTIONS):
@@ -149,13 +151,14 @@ def _stdin_or_refuse(logs: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--no-color", is_flag=True, help="The same as --color never.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes for many logs (default: one per core).")
 def explain(logs, fmt, output, inputs, trace, color, no_color, jobs):
-    """Explain where each GPU's memory went in LOG (a path, - or a pipe for stdin, or a .gz file);
-    with several logs or a directory (its *.log and *.log.gz), one row or report per log."""
+    """Explain where each GPU's memory went in LOG (a path, - or a pipe for stdin, a .gz file, or a
+    running server's URL: see `probe`); with several logs or a directory (its *.log and *.log.gz),
+    one row or report per log."""
     logs = _stdin_or_refuse(logs)
     if fmt in MANY_FORMATS or len(logs) > 1 or os.path.isdir(logs[0]):
         _explain_many(logs, fmt, output, inputs, trace, jobs)
         return
-    report = api.explain(logs[0], **inputs)
+    report = api.probe(logs[0], **inputs) if api.is_url(logs[0]) else api.explain(logs[0], **inputs)
     if trace:
         wanted = tuple(name.strip() for item in trace for name in item.split(",") if name.strip())
         _echo_err(report.trace(wanted, width=terminal.width(sys.stderr)))
@@ -180,6 +183,31 @@ def _explain_many(logs, fmt, output, inputs, trace, jobs):
 
 def _echo_err(text: str) -> None:
     click.echo(printable(text), err=True, nl=False)
+
+
+# ---- probe ---------------------------------------------------------------------------------
+
+@main.command("probe", context_settings=CONTEXT)
+@click.argument("url", required=False)
+@click.option("--metrics-file", "metrics_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A saved scrape of /metrics instead of a URL (repeat, oldest first, for a series).")
+@click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'", help="An extra HTTP header (repeatable).")
+@click.option("--token-env", metavar="VAR", help="Send `Authorization: Bearer $VAR` (the token stays out of the command line).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, help="Seconds per request.")
+@click.option("--insecure", is_flag=True, help="Do not verify the server's TLS certificate.")
+@click.option("--ca-cert", type=click.Path(dir_okay=False, exists=True), help="Verify TLS against this CA bundle.")
+@click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection: the server is this framework.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
+@click.option("--gpu", help="GPU alias from references/gpu-specs.json.")
+@click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
+@click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True)
+def probe_command(url, metrics_files, headers, token_env, timeout, insecure, ca_cert, fmt, output, **inputs):
+    """Explain a running server from its own endpoints (SGLang /server_info, /v1/loads; vLLM /metrics,
+    /v1/models, /version), or from saved scrapes of its /metrics."""
+    report = api.probe(url, metrics_files=metrics_files, headers=headers, token_env=token_env, timeout=timeout,
+                       verify=False if insecure else (ca_cert or True), **inputs)
+    _write(report.render(fmt), output)
 
 
 # ---- gate and baseline -----------------------------------------------------------------------

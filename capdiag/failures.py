@@ -78,6 +78,7 @@ class RootCause:
     cause: Optional[Cause]  # None: the exception is in no catalogue entry
     phase: Optional[str]  # from the frames (catalogue phase names), None when they name none
     consequences: tuple[Raised, ...] = ()  # what the log shows happening because of it
+    same_elsewhere: tuple[Raised, ...] = ()  # the same cause raised by other processes (ranks)
 
     @property
     def line(self) -> F.Fact:
@@ -200,6 +201,10 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
     cause (it is what the traceback says went wrong), unnamed.
     """
     raised = [r for r in exceptions(facts) if not r.ignored]
+    # an error a framework states on a line of its own comes after the exceptions: vLLM 0.16+
+    # prints `Failed to load model - not enough GPU memory …` before the traceback that raised it
+    raised = [r for r in raised if isinstance(r.exception, _PIECES)] + \
+        [r for r in raised if not isinstance(r.exception, _PIECES)]
     roles = [(r, classify(r)) for r in raised]
     for r, cause in roles:
         if cause is not None and cause.role != "cause":
@@ -207,7 +212,9 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
         if cause is None:  # a later exception of the same chain may say more
             cause = next((c for o, c in roles if o.chain == r.chain and c is not None and c.role == "cause"), None)
         consequences = tuple(o for o, c in roles if o is not r and c is not None and c.role == "consequence")
-        return RootCause(r, cause, phase_of(r), consequences)
+        same = tuple(o for o, c in roles if o is not r and o.process != r.process and
+                     (c == cause if cause is not None else o.text == r.text))
+        return RootCause(r, cause, phase_of(r), consequences, same)
     return None
 
 

@@ -100,7 +100,7 @@ def assign_roles(facts: Iterable[F.Fact]) -> list[F.Fact]:
         if isinstance(fact, (F.LoadWeightBegin, F.LoadWeightEnd, F.TorchDistributedEnd, F.MemoryPoolEnd)):
             seen[(type(fact), rank)] += 1
             role = "draft" if seen[(type(fact), rank)] == 2 else "target"
-        elif isinstance(fact, (F.KVCacheAllocated, F.SWAKVPoolUsage, F.MambaCacheAllocated)):
+        elif isinstance(fact, (F.KVCacheAllocated, F.SWAKVPoolUsage, F.MambaCacheAllocated, F.KVAvailableMemory)):
             role = "draft" if pools_closed[rank] == 1 else "target"
         elif isinstance(fact, (F.GraphCaptureBegin, F.GraphCaptureEnd)) and not fact.role_stated:
             role = "draft" if pools_closed[rank] >= 2 and seen[(F.LoadWeightEnd, rank)] >= 2 else "target"

@@ -29,6 +29,7 @@ _SIMPLE = (
     (F.SWAKVPoolUsage, "full_size", "swa_kv_pool_full_size"),
     (F.SWAKVPoolUsage, "swa_size", "swa_kv_pool_swa_size"),
     (F.PostCaptureKVSizing, "kv_gib", "post_capture_kv_size_gib"),
+    (F.KVAvailableMemory, "gib", "kv_available_memory_gib"),
     (F.PostCaptureKVSizing, "tokens", "post_capture_kv_tokens"),
     (F.TokenBudget, "max_total_num_tokens", "max_total_num_tokens"),
     (F.TokenBudget, "max_running_requests", "max_running_requests"),
@@ -138,7 +139,8 @@ def owner(fact: F.Fact) -> tuple:
 def observed_by_rank(facts: Iterable[F.Fact]) -> dict[tuple, dict[str, Any]]:
     grouped: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for fact in facts:
-        grouped[owner(fact)][fact.role].append(fact)
+        if fact.role != F.RUNTIME_ROLE:  # traffic lines are the run-time section's, not a rank's start-up
+            grouped[owner(fact)][fact.role].append(fact)
     result: dict[tuple, dict[str, Any]] = {}
     for rank, by_role in grouped.items():
         values: dict[str, Any] = {}

@@ -10,7 +10,7 @@ from typing import Any
 
 import jinja2
 
-from capdiag import bars
+from capdiag import bars, timeseries
 from capdiag.printable import printable_data
 from capdiag.terminal import DEFAULT_WIDTH, for_terminal, wrap
 
@@ -29,6 +29,11 @@ def _num(value: Any, digits: int = 2) -> str:
 def _clip(text: Any, width: int = 160) -> str:
     text = str(text).replace("\n", " ⏎ ")
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _pct(value: Any, digits: int = 0) -> str:
+    """A fraction 0–1 as a percent."""
+    return "—" if value is None else f"{100 * value:.{digits}f} %"
 
 
 def _md(text: Any) -> str:
@@ -50,8 +55,9 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("capdiag", "templates"), autoescape=_autoescape,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    env.filters.update(num=_num, clip=_clip, md=_md, line_anchor=bars.line_anchor)
-    env.globals.update(text_bars=bars.text_bars, bar_cells=bars.bar_cells, html_view=bars.html_view)
+    env.filters.update(num=_num, clip=_clip, md=_md, pct=_pct, line_anchor=bars.line_anchor)
+    env.globals.update(text_bars=bars.text_bars, bar_cells=bars.bar_cells, html_view=bars.html_view,
+                       sparkline=timeseries.sparkline, runtime_chart=timeseries.chart)
     return env
 
 

@@ -47,8 +47,12 @@ def where(e: F.Evidence) -> str:
 
 
 def evidence(d: Derived) -> list[dict[str, Any]]:
-    return [{"line": f.evidence.line, "source": f.evidence.source, "where": where(f.evidence), "text": f.evidence.text,
+    rows = [{"line": f.evidence.line, "source": f.evidence.source, "where": where(f.evidence), "text": f.evidence.text,
              "kind": f.kind, "rank": f.rank.label if f.rank.tagged else None} for f in evidence_chain(d)]
+    # a traffic line can be cited for several reasons (first, peak, last): once is enough
+    traffic = ("TrafficSummary", "TrafficMark")
+    return [row for i, row in enumerate(rows) if row["kind"] not in traffic or
+            all((row["line"], row["source"]) != (r["line"], r["source"]) for r in rows[:i] if r["kind"] in traffic)]
 
 
 def main_evidence(d: Derived) -> Optional[dict[str, Any]]:
@@ -195,6 +199,7 @@ def build(a: Analysis) -> dict[str, Any]:
     spread = kb.get("nvidia_smi", "spread")
     ready = kb.value("phase") == "ready"
     last = a.launch.failure or max(facts, key=lambda f: f.evidence.line)
+    summary = _summary(findings, ready, last)
     return {
         "schema": SCHEMA,
         "framework": a.framework,
@@ -257,11 +262,53 @@ def build(a: Analysis) -> dict[str, Any]:
         "concurrency": concurrency,
         "concurrency_check": None if check is None else {**check.value, "derivation": check.formula},
         "findings": findings,
+        "summary": summary,
         "not_judged": not_judged,
+        "runtime": _runtime(kb),
         "framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
                                 "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
                                for f in facts if framework_of(f) == a.framework],
     }
+
+
+# The findings that say what stopped a start-up, most specific first.
+_STOPPERS = ("startup-failed", "out-of-memory", "utilization-too-high", "weights-exceed-budget", "startup-incomplete")
+
+
+def _summary(findings: list[dict[str, Any]], ready: bool, last: F.Fact) -> dict[str, Any]:
+    """What the report opens with: how the start-up ended, the line that says why, the next
+    step, and the headlines of the error and warning findings."""
+    headlines = [{"severity": f["severity"], "code": f["code"], "title": f["title"]}
+                 for f in findings if f["severity"] in ("error", "warning")][:6]
+    stopper = next((f for name in _STOPPERS for f in findings if f["name"] == name
+                    and (f["severity"] == "error" or name == "startup-incomplete")), None)
+    if ready or stopper is None:
+        return {"outcome": "ready" if ready else "stopped", "title": None, "message": None,
+                "line": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
+                "next_step": None, "finding": None, "headlines": headlines}
+    failed = stopper["severity"] == "error"
+    return {"outcome": "failed" if failed else "stopped", "title": stopper["title"], "message": stopper["message"],
+            "line": stopper["main_evidence"] if failed else {"line": last.evidence.line, "text": last.evidence.text},
+            "next_step": stopper["action"], "finding": stopper["code"], "headlines": headlines}
+
+
+def _runtime(kb) -> Optional[dict[str, Any]]:
+    """The run-time section: all ranks' traffic lines together, then each rank's; None without any."""
+    rows = kb.topic("runtime")
+    if not rows:
+        return None
+    ranks = sorted((d for d in rows if d.key != "all"), key=lambda d: d.key)
+    top = kb.get("runtime", "all") or ranks[0]
+    return {**_runtime_entry(top), "ranks": [{"rank": d.detail["rank"].label if d.detail["rank"].tagged else "TP0",
+                                              **_runtime_entry(d)} for d in ranks]}
+
+
+def _runtime_entry(d: Derived) -> dict[str, Any]:
+    return {**d.value, "derivation": d.formula,
+            "sources": [{"line": f.evidence.line, "where": where(f.evidence), "text": f.evidence.text}
+                        for f in d.detail["parts"]],
+            "evidence": {name: {"line": m.evidence.line, "where": where(m.evidence), "text": m.evidence.text,
+                                "value": m.value} for name, m in d.detail["marks"].items()}}
 
 
 def _what_if(d: Optional[Derived]) -> Optional[dict[str, Any]]:

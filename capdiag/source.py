@@ -1,8 +1,10 @@
 """Reads a log and yields the lines worth parsing, in constant memory.
 
-Opening (path, `-` for stdin, `.gz`), decoding (UTF-8 with replacement), and removing what
-transport added around the server's own text: ANSI colour, carriage-return rewrites of
-progress bars, container and kubectl prefixes, Docker host timestamps, markdown-list pastes.
+Opening (path, `-` for stdin, `.gz`), decoding (UTF-8 with replacement; UTF-16 and a UTF-8 BOM
+told by the byte-order mark), and removing what transport added around the server's own text:
+JSON log records, ANSI colour, carriage-return rewrites of progress bars, host and container
+prefixes (docker-compose, Docker Desktop, kubectl, journald, CRI files, GitHub Actions),
+markdown-list pastes.
 Then a cheap keyword test keeps request-time traffic away from the parser: the file is read a
 MiB at a time, the keywords are found in each run of lines by one C-speed pass, and only the
 lines that hold one (and the lines that may continue those) are visited in Python.
@@ -10,8 +12,10 @@ lines that hold one (and the lines that may continue those) are visited in Pytho
 from __future__ import annotations
 
 import bisect
+import codecs
 import gzip
 import io
+import json
 import os
 import re
 import select
@@ -35,7 +39,7 @@ KEYWORDS = (
     "Post-capture KV sizing", "KV cache dtype", "sliding window memory pool",
     "out of memory", "Not enough memory", "leave no GPU memory", "ready to roll",
     "hit an exception", "HF snapshot", "Tokenizer for", "DeepGEMM", "Required memory for warmup",
-    "device_name=", "-m sglang", "sglang serve", "SGLANG_CACHE_DIR",
+    "device_name=", "available memory for KV cache", "-m sglang", "sglang serve", "SGLANG_CACHE_DIR",
     # vLLM
     "version", "with config:", "non-default args", "args: Namespace", "max model len", "Model loading took",
     "Loading model weights took", "vLLM instance can use", "model weights take", "total_gpu_memory",
@@ -59,15 +63,26 @@ BATCH = 4096  # lines put in one block when they come one by one
 # (never across a newline: the prefilter strips it from a block of lines)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\n]*\x07")
 _ANSI_BYTES = re.compile(_ANSI.pattern.encode())
-# Transport prefixes, outermost first: markdown bullet, compose service (`sglang-1  | `),
-# kubectl --timestamps (RFC 3339), Docker Desktop's host time in front of the log's own header
-# (SGLang's `[date`, vLLM's `(process` or `LEVEL `).
-_TRANSPORT = re.compile(
-    r"^(?:[-*] (?=\S))?"
-    r"(?:[\w.\-]+\s+\|\s)?"
-    r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s)?"
-    r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s(?=\[|\(\w|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ))?"
-)
+# What a host, a container runtime or a paste puts in front of the server's own line, outermost
+# first; each is removed at most once, in this order. The one place that knows them.
+_TRANSPORT = re.compile("".join(f"(?:{part})?" for part in (
+    r"[-*] (?=\S)",  # a markdown list item
+    r"[\w.\-]+\s+\|\s",  # docker-compose service (`vllm-1  | `)
+    r"\[pod/[^\]\s]+\]\s",  # kubectl logs --prefix
+    # journald (`Apr 19 17:30:52 host unit[pid]: `, short and ISO forms)
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+    r" [\w.\-]+ [\w.@\-]+\[\d+\]: ",
+    # kubectl --timestamps and GitHub Actions (RFC 3339); a CRI log file's stream and tag after it
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s(?:(?:stdout|stderr) [FP] )?",
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| ",  # Docker Desktop's log view
+    # Docker's host time without the bar, only in front of the log's own header (SGLang's
+    # `[date`, vLLM's `(process` or `LEVEL `): a line of the server's own may start with a date
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s(?=\[|\(\w|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )",
+)))
+# A container log file in JSON (Docker's json-file driver, Kubernetes node logs, log shippers):
+# the line is inside one string field.
+_JSON_LINE = re.compile(r'^\s*\{.*"(?:log|message|msg|textPayload)"\s*:')
+_JSON_FIELDS = ("log", "message", "msg", "textPayload")
 # A log line glued after a progress bar that had no newline: split before its prefix.
 _GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 # Ray's de-duplication note at the end of a line.
@@ -79,6 +94,8 @@ _HEADER = re.compile(r"^(?:\(\w[^)]*pid=\d+|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL
 MAX_CONTINUATION = 400  # physical lines one wrapped line or record may span
 MAX_JOINED = 1 << 16  # characters a joined line may reach (real records: under 20,000)
 WRAPPED = 100  # a record line and its header-less successor both this long: a hard wrap
+# A traceback printed without a prefix (SGLang, an excerpt) never continues a cut record.
+_TRACEBACK = re.compile(r'^(?:File "|Traceback \(most recent call last\)|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)')
 # A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
 # A shell command that starts a server; it continues after a trailing `\` and on the lines an
@@ -227,6 +244,63 @@ class LiveStream:
         self.stream.close()
 
 
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+SNIFF = 512  # bytes of the start a BOM-less UTF-16 file is recognised by
+
+
+class _Recoded:
+    """The rest of a stream whose first chunk was read to learn its encoding, as UTF-8 bytes:
+    as it is (UTF-8, its BOM dropped), or decoded from UTF-16 (a log saved by PowerShell's `>`
+    is UTF-16LE with a BOM and CRLF line ends). A read that returns None (a paused live
+    stream) passes through."""
+
+    def __init__(self, stream, first: bytes | None, encoding: str | None):
+        self.stream, self.first = stream, first
+        self.decoder = codecs.getincrementaldecoder(encoding)("replace") if encoding else None
+
+    def read(self, size: int) -> bytes | None:
+        while True:
+            chunk, self.first = (self.first, None) if self.first is not None else (self.stream.read(size), None)
+            if chunk is None or self.decoder is None:
+                return chunk
+            text = self.decoder.decode(chunk, final=chunk == b"")
+            if text or chunk == b"":  # an odd byte alone decodes to nothing yet: read on
+                return text.encode("utf-8", "surrogatepass")
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def recoded(stream) -> _Recoded:
+    """The stream as UTF-8 bytes, its encoding told by a byte-order mark (UTF-8, UTF-16LE/BE) or,
+    without one, by the NULs of UTF-16 in every other byte of text. A real binary has NULs with
+    no such order and is refused later (physical_runs)."""
+    first = stream.read(CHUNK)
+    if not first:
+        return _Recoded(stream, first, None)
+    if first.startswith(codecs.BOM_UTF8):
+        return _Recoded(stream, first[len(codecs.BOM_UTF8):], None)
+    for bom, encoding in _BOMS[1:]:
+        # `\xff\xfe` can also open a UTF-8 file of garbage: the text after it must look UTF-16
+        rest = first[len(bom):]
+        if first.startswith(bom) and (len(rest) < 8 or _utf16_order(rest) == encoding):
+            return _Recoded(stream, rest, encoding)
+    return _Recoded(stream, first, _utf16_order(first))
+
+
+def _utf16_order(data: bytes) -> str | None:
+    """`utf-16-le`/`utf-16-be` when the start of data is mostly ASCII text in UTF-16 — a NUL in
+    every other byte and none between — else None (UTF-8, a binary, or too short to tell)."""
+    head = data[:SNIFF - SNIFF % 2]
+    if len(head) < 8:
+        return None
+    even, odd = head[0::2], head[1::2]
+    for nuls, text, encoding in ((odd, even, "utf-16-le"), (even, odd, "utf-16-be")):
+        if nuls.count(0) >= 0.9 * len(nuls) and text.count(0) == 0:
+            return encoding
+    return None
+
+
 def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     """The input a block of whole lines at a time: the number of the block's first line, and
     its bytes (each line ends with "\n" but perhaps the file's last). Not decoded: only the
@@ -238,6 +312,7 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     # and must not shift the line numbers the report cites
     number, carry, skipping = 0, b"", False
     try:
+        stream = recoded(stream)
         while (chunk := stream.read(CHUNK)) != b"":
             if chunk is None:
                 yield number + 1, b""
@@ -284,9 +359,36 @@ def _refuse_binary(block: bytes, before: int) -> None:
 
 
 def line_text(data: bytes) -> str:
-    """One physical line's bytes (no "\n") as the text the rest of capdiag sees."""
+    """One physical line's bytes (no "\n") as the text the rest of capdiag sees, evidence
+    included: decoded, a JSON log record's line taken out of it, ANSI colour and NULs removed
+    (so no output format ever shows them)."""
     text = data[:MAX_LINE].decode("utf-8", "replace").rstrip("\r")
+    if "{" in text and _JSON_LINE.match(text):
+        text = _json_log(text)
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
     return text.replace("\x00", "") if "\x00" in text else text
+
+
+def _json_log(text: str) -> str:
+    """The log line a JSON record carries (`{"log": "INFO …\\n", "stream": "stderr", …}`), or the
+    text as it is when it is no such record. json.loads only: nothing from a log is evaluated."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return text
+    message = next((record[k] for k in _JSON_FIELDS if isinstance(record.get(k), str)), None) \
+        if isinstance(record, dict) else None
+    if message is None:
+        return text
+    message = message.rstrip("\r\n")
+    # vLLM's own JSON formatter keeps the header in fields: put it back as its text form
+    # prints it, so the process tag still names the rank
+    head = [f"{record[k]}" for k in ("levelname", "asctime") if isinstance(record.get(k), str)]
+    process, pid = record.get("processName"), record.get("process")
+    if isinstance(process, str) and process != "MainProcess" and isinstance(pid, int):
+        head.insert(0, f"({process} pid={pid})")
+    return " ".join(head + [message])
 
 
 def physical_lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
@@ -299,8 +401,8 @@ def physical_lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
 
 
 def clean(raw: str) -> list[str]:
-    """The log lines inside one physical line, transport noise removed."""
-    text = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    """The log lines inside one physical line (as line_text() gives it), transport noise removed."""
+    text = _ANSI.sub("", raw) if "\x1b" in raw else raw  # a caller's line that did not pass line_text()
     pieces = text.split("\r") if "\r" in text else [text]
     out = []
     for piece in pieces:
@@ -400,8 +502,12 @@ def _joined(pending: Line, text: str, raw: str, separator: str) -> Line | None:
     return Line(pending.number, pending.text + separator + text, pending.raw + "\n" + raw)
 
 
-def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
+def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[Line]:
     """Lines that may hold a fact, with wrapped continuations joined.
+
+    `traffic` (a capdiag.traffic.TrafficAggregator, or None) is handed every block, ANSI codes
+    taken out, and told where each start-up record begins, so request-time lines are summed on
+    the way past without becoming lines here.
 
     Three kinds of wrapping are undone: a long record (engine config, argument dict,
     server_args) hard-wrapped by a paste continues on the following lines that have no header
@@ -423,7 +529,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                 pending = None
             continue
         starts = _hit_starts(block)
-        cursor, number = 0, first - 1
+        cursor, number, fed = 0, first - 1, 0
         while cursor < len(block):
             if pending is None:  # nothing held: skip to the next line with a keyword
                 at = bisect.bisect_left(starts, cursor)
@@ -434,7 +540,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
             end = block.find(b"\n", cursor)
             end = len(block) if end < 0 else end
             raw = line_text(block[cursor:end])
-            cursor, number = end + 1, number + 1
+            line_start, cursor, number = cursor, end + 1, number + 1
             for text in clean(raw):
                 if pending is not None:
                     joined = None
@@ -442,7 +548,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                         pass
                     elif not record and _CUT_REST.match(text):
                         joined = _joined(pending, text, raw, "")
-                    elif record and text and not _HEADER.match(text):
+                    elif record and text and not _HEADER.match(text) and not _TRACEBACK.match(text):
                         brackets = brackets or bracket_state(pending.text)  # only when a line may continue it
                         if brackets[0] > 0 or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0)):
                             joined = _joined(pending, text, raw, "")
@@ -453,10 +559,10 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                         pending, spans = joined, spans + 1
                         continue
                     if command and spans < MAX_CONTINUATION and (pending.text.endswith("\\") or text.startswith("--")):
-                        pending = Line(pending.number, pending.text.rstrip("\\ ") + " " + text,
-                                       pending.raw + "\n" + raw)
-                        spans += 1
-                        continue
+                        joined = _joined(attrs.evolve(pending, text=pending.text.rstrip("\\ ")), text, raw, " ")
+                        if joined is not None:
+                            pending, spans = joined, spans + 1
+                            continue
                     yield pending
                     pending = None
                 if not has_keyword(text):
@@ -465,8 +571,23 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
                 command = False
                 spans = 0
                 if _RECORD.search(text):
+                    if traffic is not None:
+                        fed = _feed_traffic(traffic, first, block, fed, line_start)
+                        traffic.restart(number)
                     pending, record, last_piece, brackets = line, True, raw, None
                 else:  # held one line: it may continue on the next (soft or hard wrap)
                     pending, record, spans, command = line, False, 0, bool(_COMMAND.search(text))
+        if traffic is not None:
+            _feed_traffic(traffic, first, block, fed, len(block))
     if pending is not None:
         yield pending
+
+
+def _feed_traffic(traffic, first: int, block: bytes, start: int, stop: int) -> int:
+    """Hand block[start:stop] to the traffic sink, numbered and without ANSI codes; returns stop."""
+    if stop > start:
+        piece = block if (start, stop) == (0, len(block)) else block[start:stop]
+        if b"\x1b" in piece:
+            piece = _ANSI_BYTES.sub(b"", piece)
+        traffic.feed(first + block.count(b"\n", 0, start), piece)
+    return stop

@@ -11,8 +11,10 @@ from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, c
                            kv_pool, kv_theory, low_concurrency, mem_fraction_unstated, moe_expert_buffers, nvidia_smi, out_of_memory,
                            overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
                            speculative_draft_memory, stand_in, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
-                           thin_headroom, unexplained_memory, failure_cause, startup_failed, utilization_too_high, vllm_breakdown, vllm_capacity,
-                           vllm_config, weights_theory, what_if, plan)
+                           thin_headroom, unexplained_memory, failure_cause, startup_failed, pool_cap, pool_capped,
+                           weights_exceed_budget, utilization_too_high, vllm_breakdown, vllm_capacity,
+                           vllm_config, weights_theory, what_if, plan, runtime,
+                           kv_capacity_binds, request_limit_binds_traffic, kv_retractions)
 
 SGLANG = (
     config.config,
@@ -61,6 +63,8 @@ COMMON_AFTER = (
     ranks.rank_memory,
     startup_phase.phase,
     failure_cause.root_cause,
+    pool_cap.pool_cap,
+    runtime.summary,
 )
 
 # Findings, by code.
@@ -89,7 +93,12 @@ FINDINGS = (
     moe_expert_buffers.moe_expert_buffers,
     gpu_capacity_ambiguous.gpu_capacity_ambiguous,
     low_concurrency.low_concurrency,
+    weights_exceed_budget.weights_exceed_budget,
+    pool_capped.pool_capped,
     startup_failed.startup_failed,
+    kv_capacity_binds.kv_capacity_binds,
+    request_limit_binds_traffic.request_limit_binds_traffic,
+    kv_retractions.kv_retractions,
 )
 
 # Projections run last: they say which findings a change would add or remove.

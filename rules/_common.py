@@ -73,3 +73,9 @@ def command_option(command: F.LaunchCommand, name: str, aliases: dict) -> Option
         if command.args.get(option) is not None:
             return option, command.args[option]
     return None
+
+
+def runtime(kb: Knowledge):
+    """The run-time summary of all ranks' traffic lines (rules/runtime.py), or None."""
+    rows = kb.topic("runtime")
+    return kb.get("runtime", "all") or (rows[0] if len(rows) == 1 else None)

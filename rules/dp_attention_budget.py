@@ -21,7 +21,7 @@ def dp_attention_budget(kb):
     What to do: size per-request limits against one worker's pool; balance load across workers.
     """
     dp = kb.value("config", "dp_size")
-    tags = {f.rank.dp for f in kb.facts if f.rank.dp is not None}
+    tags = {f.rank.dp for f in kb.facts if f.rank.dp is not None and f.role != F.RUNTIME_ROLE}
     workers = dp if isinstance(dp, int) and dp > 1 else (len(tags) if len(tags) > 1 else None)
     if not workers:
         return
@@ -34,7 +34,8 @@ def dp_attention_budget(kb):
         totals += (f" At {rows[0].key} tokens per request: {rows[0].value} concurrent per worker, "
                    f"{rows[0].value * workers} across {workers} workers.")
     sources = [d for d in (kb.get("config", "dp_size"), tokens) if d is not None]
-    yield finding("dp-attention-budget", sources or [f for f in kb.facts if f.rank.dp is not None][:4],
+    yield finding("dp-attention-budget", sources or [f for f in kb.facts if f.rank.dp is not None
+                                                     and f.role != F.RUNTIME_ROLE][:4],
                   f"{workers} DP workers: token and request limits in the log are per worker.{totals}",
                   severity="info", title=f"Capacity is per DP worker ({workers} workers)",
                   action="Size the longest request against one worker's pool; multiply by the worker count only "

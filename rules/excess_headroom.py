@@ -8,7 +8,15 @@ from capdiag.rules._common import cannot_judge, finding, gib, is_vllm, target
 GIB = 1 << 30
 
 
-@rule("excess-headroom", code="CD111", severity="info", thresholds={"max_free_gib": 8.0, "keep_gib": 3.0})
+# Lines that show the start-up failed or ran out of memory: free memory is then no waste.
+_FAILED = (F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, F.SchedulerException)
+
+
+@rule("excess-headroom", code="CD111", severity="info", thresholds={"max_free_gib": 8.0, "keep_gib": 3.0},
+      reads=(F.LoadWeightBegin, F.MemoryProfiling, F.Options, *_FAILED, "breakdown:kv_cache?", "kv_pool:bytes_per_token?",
+             "kv_pool:tokens?", "breakdown:budget?", "gpu:total_gib?", "config:gpu_memory_utilization?",
+             "breakdown:free?", "config:mem_fraction_static?", "target_rank?", "failure?", "pool_cap?"),
+      concludes=("finding:excess-headroom",))
 def excess_headroom(kb, t):
     """What it checks: more than `max_free_gib` GiB is still free at the end of start-up.
 
@@ -20,9 +28,15 @@ def excess_headroom(kb, t):
 
     Example: `available_gpu_mem=34.28 GB` after capture on an H20 with fraction 0.60.
 
+    Never for a start-up that failed or ran out of memory, nor when a setting caps the pool
+    (`pool-capped` says which), nor when the projection would reach a fraction of 1 or more.
+
     What to do: raise the fraction to the suggested value, keeping `keep_gib` GiB free, and
     check the new start-up's free memory.
     """
+    if kb.get("failure") is not None or kb.get("pool_cap") is not None or kb.of(*_FAILED, role=None) or \
+            any(s.error for s in kb.of(F.VllmStartupMemory, role=None)):
+        return
     vllm = is_vllm(kb)
     kv = kb.get("breakdown", "kv_cache")
     per_token = kb.get("kv_pool", "bytes_per_token")
@@ -53,7 +67,7 @@ def excess_headroom(kb, t):
     if free <= t["max_free_gib"] or grow <= 0 or base <= 0:
         return
     suggested = round(fraction + grow / base, 3)
-    if not 0 < suggested < 1:  # the excess is more than the fraction can take up: no advice applies
+    if not fraction < suggested < 1:
         return
     projection = ""
     if per_token is not None and per_token.known and per_token.value > 0 and tokens is not None and tokens.known:

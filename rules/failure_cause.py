@@ -30,11 +30,12 @@ def root_cause(kb):
              "line": r.exception.evidence.line,
              "frame": None if frame is None else f"{frame.path}:{frame.lineno} in {frame.function}",
              "wording": cause.wording if cause else None,
-             "consequences": [c.exception.evidence.line for c in found.consequences]}
+             "consequences": [c.exception.evidence.line for c in found.consequences],
+             "same_elsewhere": [o.exception.evidence.line for o in found.same_elsewhere]}
     premises = (r.exception,) + r.details + ((r.start,) if r.start else ()) + \
         tuple(c.exception for c in found.consequences)
     named = f"{cause.name} ({cause.wording['who']} {cause.wording['versions']})" if cause else \
         "an exception the catalogue does not name"
-    yield Derived("failure", None, value, "failure.root-cause", premises,
+    yield Derived("failure", None, value["name"] or "unnamed", "failure.root-cause", premises,
                   f"{r.text.splitlines()[0][:160]} ({line_ref(r.exception)}) is the first exception that is not a "
-                  f"consequence; it reads as {named}")
+                  f"consequence; it reads as {named}", detail=value)

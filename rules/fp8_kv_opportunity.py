@@ -1,12 +1,15 @@
 """fp8-kv-opportunity (CD114)."""
 from __future__ import annotations
 
+from capdiag import facts as F
 from capdiag.engine import rule
 from capdiag.rules._common import cannot_judge, finding, is_vllm
 from capdiag.rules.kv_theory import element_size
 
 
-@rule("fp8-kv-opportunity", code="CD114", severity="info")
+@rule("fp8-kv-opportunity", code="CD114", severity="info",
+      reads=("kv_pool:dtype", "kv_pool:tokens?", "kv_pool:theoretical_bytes_per_token?", "concurrency?", F.Options),
+      concludes=("finding:fp8-kv-opportunity",))
 def fp8_kv_opportunity(kb):
     """What it checks: the KV cache is stored in a 16-bit type (bf16/fp16).
 
@@ -15,6 +18,8 @@ def fp8_kv_opportunity(kb):
     cost accuracy (more so without calibrated scales); evaluate before deploying.
 
     Example: `KV Cache is allocated. dtype: torch.bfloat16, #tokens: 415615`.
+
+    Only for a pool that was sized: a start-up that stopped before gets no capacity tips.
 
     What to do: try `--kv-cache-dtype fp8_e4m3` (SGLang) or `--kv-cache-dtype fp8` (vLLM) and
     check accuracy on your evaluation set.
@@ -26,19 +31,19 @@ def fp8_kv_opportunity(kb):
         return
     if element_size(dtype.value) != 2:
         return
+    if tokens is None or not tokens.known:
+        return  # the pool was never sized (a start-up that stopped before): no capacity to double
     if kb.get("kv_pool", "theoretical_bytes_per_token") is not None and \
             not kb.get("kv_pool", "theoretical_bytes_per_token").known:
         return  # compressed KV (DeepSeek-V4): the halving does not follow
-    projected = ""
-    if tokens is not None and tokens.known:
-        projected = f": about {tokens.value * 2:,} tokens instead of {tokens.value:,}"
-        rows = [c for c in kb.topic("concurrency") if c.known and c.detail.get("token_limit") is not None]
-        if rows:
-            first = min(rows, key=lambda c: c.key)
-            limit = first.detail.get("request_limit")
-            doubled = first.detail["token_limit"] * 2
-            projected += (f", and at {first.key} tokens per request {min(doubled, limit) if limit else doubled} "
-                          f"concurrent requests instead of {first.value}")
+    projected = f": about {tokens.value * 2:,} tokens instead of {tokens.value:,}"
+    rows = [c for c in kb.topic("concurrency") if c.known and c.detail.get("token_limit") is not None]
+    if rows:
+        first = min(rows, key=lambda c: c.key)
+        limit = first.detail.get("request_limit")
+        doubled = first.detail["token_limit"] * 2
+        projected += (f", and at {first.key} tokens per request {min(doubled, limit) if limit else doubled} "
+                      f"concurrent requests instead of {first.value}")
     flag = "--kv-cache-dtype fp8" if is_vllm(kb) else "--kv-cache-dtype fp8_e4m3"
     yield finding("fp8-kv-opportunity", (dtype, tokens),
                   f"The KV cache is {dtype.value} (2 bytes per element); fp8 would roughly double capacity{projected}.",

@@ -6,7 +6,7 @@ from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref
 
 
-@rule("gpu.identity")
+@rule("gpu.identity", reads=(F.GpuSpec, F.SmiGpu, F.DeviceName), concludes=("gpu:identity",))
 def identity(kb):
     """Concludes the GPU model by name — `--gpu`, the names nvidia-smi prints, the
     `device_name=` of MoE kernel-config lines — never by memory size (several GPUs share
@@ -15,7 +15,10 @@ def identity(kb):
     specs = kb.of(F.GpuSpec, role=None)
     if not specs:
         names = [f.name for f in kb.of(F.SmiGpu, F.DeviceName, role=None) if f.name]
+        smi = kb.of(F.SmiGpu, role=None)
         reason = (f"no reference entry for {sorted(set(names))}" if names
+                  else "no GPU name in the inputs (the nvidia-smi output has no name column: give --gpu, or add "
+                       "`name` to the --query-gpu columns)" if smi
                   else "no GPU name in the inputs (give --gpu, or nvidia-smi output)")
         yield Derived("gpu", "identity", Unknown(reason), "gpu.identity",
                       tuple(kb.of(F.SmiGpu, F.DeviceName, role=None)))
@@ -33,13 +36,16 @@ def identity(kb):
     yield Derived("gpu", "identity", detail, "gpu.identity", tuple(specs) + tuple(named_by[:4]), formula, detail)
 
 
-@rule("gpu.total")
+@rule("gpu.total", reads=(F.GpuTotal, F.SmiGpu, F.VllmMemoryProfile, F.VllmStartupMemory, F.OutOfMemory, F.GpuSpec,
+                        "gpu:identity"), concludes=("gpu:total_gib",))
 def total(kb):
     """Concludes the GPU total in GiB, measured figures first: `--gpu-total-gib`, nvidia-smi's
     memory.total, a total the log prints (vLLM's profiling record or `Free memory on device
     (F/T GiB)`, PyTorch's out-of-memory message), then the reference's observed nvidia-smi
-    total for the identified GPU, and only then its nominal GB — converted (GB × 10^9 / 2^30)
-    and marked nominal, because marketing GB are not usable GiB."""
+    total for the identified GPU, then nvidia-smi's memory.used + memory.free (the documented
+    query has no total column; the driver's reserved memory is in neither figure, so this is a
+    little under memory.total — said so), and only then the reference's nominal GB — converted
+    (GB × 10^9 / 2^30) and marked nominal, because marketing GB are not usable GiB."""
     given = kb.first(F.GpuTotal, role=None)
     if given is not None:
         yield Derived("gpu", "total_gib", given.gib, "gpu.total", (given,), "--gpu-total-gib", {"source": "stated"})
@@ -67,6 +73,14 @@ def total(kb):
         note = f" (smallest of those observed: {list(spec.observed_total_mib)})" if len(spec.observed_total_mib) > 1 else ""
         yield Derived("gpu", "total_gib", gib(mib / 1024), "gpu.total", (spec, ident),
                       f"reference: {spec.names[0]} reports {mib} MiB in nvidia-smi{note}", {"source": "reference"})
+    elif (pairs := [g for g in kb.of(F.SmiGpu, role=None) if g.used_mib is not None and g.free_mib is not None]):
+        least = min(pairs, key=lambda g: g.used_mib + g.free_mib)
+        mib = least.used_mib + least.free_mib
+        yield Derived("gpu", "total_gib", gib(mib / 1024), "gpu.total", tuple(pairs),
+                      f"nvidia-smi memory.used {least.used_mib} + memory.free {least.free_mib} = {mib} MiB "
+                      f"(GPU {least.index}{', the smallest' if len(pairs) > 1 else ''}) / 1024; the driver's "
+                      "reserved memory is in neither, so memory.total would be a little more",
+                      {"source": "nvidia-smi"})
     elif spec is not None and spec.nominal_gb:
         yield Derived("gpu", "total_gib", gib(spec.nominal_gb * 1e9 / (1 << 30)), "gpu.total", (spec, ident),
                       f"NOMINAL only: {spec.nominal_gb} GB × 10^9 / 2^30; no measured total is known for {spec.names[0]}"

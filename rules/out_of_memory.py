@@ -4,13 +4,28 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Finding, rule
 from capdiag.rules._common import is_vllm, line_ref
+from capdiag.rules._advice import advised
 
 # Lines that show the KV pool was sized: an out-of-memory error after one of these happened
 # in capture or serving, not in pool sizing.
 _POOL_SIZED = (F.MemoryPoolEnd, F.VllmKVCacheSize, F.VllmGpuBlocks, F.VllmAvailableKV)
+_MEMORY_CAUSES = ("cuda-out-of-memory", "kv-cache-no-room")
+# The phase a traceback names (references/failure-causes.toml) → which way the fix goes.
+_TRACED = {"init": ("weights", "the process ran out before the KV pool, while setting up"),
+           "weights": ("weights", "the weights themselves did not fit while loading"),
+           "profiling": ("profile", "the profiling forward pass ran out before the KV cache was sized"),
+           "kv_pool": ("raise", "the KV pool could not be sized within the static fraction"),
+           "attention_backend": ("lower", "the pool was allocated; the attention backend's buffers then did not fit"),
+           "graph_capture": ("lower", "the pool was allocated; CUDA-graph capture then ran out of the headroom left"),
+           "sampler_warmup": ("sampler", "the sampler's warm-up with max_num_seqs dummy requests ran out")}
 
 
-@rule("out-of-memory", code="CD102", severity="error")
+@rule("out-of-memory", code="CD102", severity="error",
+      reads=(F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, F.LoadWeightBegin, F.LoadWeightEnd, F.VllmModelLoading,
+             F.MemoryProfiling, F.VllmMemoryProfile, F.VllmArgs, F.Options, *_POOL_SIZED, "failure?",
+             "config:mem_fraction_static?", "config:gpu_memory_utilization?", "gpu:total_gib?", "breakdown:weights?",
+             "breakdown:activation?", "breakdown:framework?", "target_rank?"),
+      concludes=("finding:out-of-memory",))
 def out_of_memory(kb):
     """What it checks: a CUDA out-of-memory error; SGLang's "Not enough memory" or "Loaded
     weights leave no GPU memory for the KV cache"; vLLM's "No available memory for the cache
@@ -26,6 +41,11 @@ def out_of_memory(kb):
     Example: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB. GPU 0 has
     a total capacity of 23.56 GiB of which 338.75 MiB is free.` after `Capture piecewise CUDA
     graph begin`.
+
+    Each direction comes with a value and its arithmetic where the log gives the figures: the
+    fraction at which the pool stops being empty, the fraction lower by the allocation that
+    failed, half the batch the profiling or the sampler warm-up used. A value outside (0, 1) is
+    never suggested: then no fraction helps, and the action says what would.
 
     What to do: pool phase → raise the fraction (or add TP, shorten the context, use an fp8 KV
     cache). Weights that do not fit while loading → more TP/PP or quantized weights (the fraction
@@ -45,8 +65,12 @@ def out_of_memory(kb):
     loaded = any(f.evidence.line < first.evidence.line for f in kb.of(F.LoadWeightEnd, F.VllmModelLoading,
                                                                          F.MemoryProfiling, F.VllmMemoryProfile,
                                                                          role=None))
+    failure = kb.get("failure")
+    traced = failure.detail["phase"] if failure is not None and failure.value in _MEMORY_CAUSES else None
     if isinstance(first, (F.NotEnoughMemory, F.VllmStartupError)):
         direction, why = "raise", "the KV pool could not be sized within the static fraction"
+    elif traced in _TRACED:
+        direction, why = _TRACED[traced]
     elif not loaded and not sized and phase in ("init", "weights"):
         direction, why = "weights", "the weights themselves did not fit while loading"
     elif vllm and not sized:
@@ -55,21 +79,28 @@ def out_of_memory(kb):
         direction, why = "raise", "the KV pool could not be sized within the static fraction"
     else:
         direction, why = "lower", "the pool was allocated; capture or serving then ran out of the headroom left"
+    if direction == "profile" and not vllm:
+        direction = "raise"
+    if traced:
+        phase = traced
     detail = ""
     if isinstance(first, F.OutOfMemory) and first.tried_to_allocate_mib is not None:
         detail = (f" PyTorch tried to allocate {first.tried_to_allocate_mib} MiB with {first.free_mib} MiB free"
                   + (f" of {first.total_capacity_gib} GiB" if first.total_capacity_gib is not None else "") + ".")
-    action = {
-        "raise": f"Raise {knob} (or add TP, shorten the context, use an fp8 KV cache).",
-        "lower": f"Lower {knob}" + (" (or lower --cuda-graph-max-bs, or disable the piecewise graph)." if not vllm
-                                     else " (or reduce the CUDA-graph capture sizes, or --enforce-eager)."),
-        "profile": "Lower --max-num-batched-tokens, --max-num-seqs or --max-model-len, or add GPUs: "
+    value, arithmetic, suggested = advised(kb, direction, first, vllm)
+    action = arithmetic if value is None else {
+        "raise": f"Raise {knob}{value} (or add TP, shorten the context, use an fp8 KV cache).",
+        "lower": f"Lower {knob}{value}" + (" (or lower --cuda-graph-max-bs, or disable the piecewise graph)." if not vllm
+                                            else " (or reduce the CUDA-graph capture sizes, or --enforce-eager)."),
+        "profile": f"Lower --max-num-batched-tokens{value}, --max-num-seqs or --max-model-len, or add GPUs: "
                    "gpu_memory_utilization applies only after profiling.",
+        "sampler": f"Lower --max-num-seqs{value} (the sampler warms up with that many dummy requests), or lower {knob}.",
         "weights": f"The static fraction does not bound weight loading, so changing {knob} cannot help: add TP/PP, "
                    "use quantized weights, or free the GPU of other processes.",
-    }[direction]
+    }[direction] + arithmetic
     yield Finding("finding", "out-of-memory", None, "out-of-memory",
                   tuple(p for p in (*errors, before[-1] if before else None) if p is not None),
                   f"Out of memory after the {phase.replace('_', ' ')} phase ({line_ref(first)}): {why}.{detail}",
                   severity="error", title=f"Out of memory during start-up ({phase.replace('_', ' ')})",
-                  action=action, detail={"direction": direction, "phase": phase})
+                  action=action, detail={"direction": direction, "phase": phase,
+                                         "suggested": suggested})

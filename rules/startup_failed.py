@@ -34,13 +34,16 @@ def startup_failed(kb):
     failure = kb.get("failure")
     if failure is None:
         return
-    v = failure.value
+    v = failure.detail
     where = f" during {v['phase_words']}" if v["phase_words"] else ""
     who = f" on {v['rank']}" if v["rank"] else (f" in {v['process']}" if v["process"] else "")
     reason = "; ".join(d.split(" [type=")[0] for d in v["details"])
-    quoted = v["text"][:300] + (f" — {reason[:300]}" if reason else "")
+    quoted = v["text"][:300].rstrip(".") + (f" — {reason[:300].rstrip('.')}" if reason else "")
     after = (f" The errors at line(s) {', '.join(str(n) for n in v['consequences'][:6])} are consequences of it."
              if v["consequences"] else "")
+    if v["same_elsewhere"]:
+        after = (f" {len(v['same_elsewhere'])} other process(es) raise the same (line(s) "
+                 f"{', '.join(str(n) for n in v['same_elsewhere'][:6])}).") + after
     specific = kb.get("finding", _FIGURED.get(v["name"], ""))
     weights = kb.get("finding", "weights-exceed-budget")
     if specific is not None:
@@ -55,7 +58,9 @@ def startup_failed(kb):
                   + ": it is no known configuration cause — likely a bug or an incompatibility of this release "
                     "with the model or GPU; search the framework's issues for the message.")
     title = v["title"] or f"Start-up failed: {v['text'].split(':')[0][:80]}"
-    yield finding("startup-failed", (failure,) + tuple(p for p in (specific, weights) if p is not None),
+    # the figures behind the action come from the specific finding: its premises, not the finding
+    figures = tuple(p for d in (specific, weights) if d is not None for p in d.premises)
+    yield finding("startup-failed", (failure,) + figures,
                   f"Start-up failed{where}{who}. Root cause (line {v['line']}): {quoted}.{after}",
                   severity="error", title=title, action=action,
                   detail={"cause": v["name"], "phase": v["phase"], "line": v["line"], "rank": v["rank"]})

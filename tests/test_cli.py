@@ -102,7 +102,9 @@ def test_facts_json():
     assert [(r["line"], r["kind"]) for r in rows] == [
         (1, "ServerArgs"), (2, "TorchDistributedEnd"), (3, "LoadWeightBegin"), (4, "LoadWeightEnd"),
         (5, "KVCacheAllocated"), (6, "MemoryPoolEnd"), (7, "GraphCaptureBegin"), (8, "GraphCaptureEnd"),
-        (9, "GraphCaptureBegin"), (10, "GraphCaptureEnd"), (11, "TokenBudget"), (13, "ServerReady")]
+        (9, "GraphCaptureBegin"), (10, "GraphCaptureEnd"), (11, "TokenBudget"), (13, "ServerReady"),
+        # the two traffic lines, summed: no fact per line, a summary and the lines it cites
+        (14, "TrafficSummary"), (14, "TrafficMark"), (14, "TrafficMark"), (15, "TrafficMark"), (15, "TrafficMark")]
     kv = rows[4]
     assert kv["values"]["k_gib"] == 24.41 and kv["values"]["tokens"] == 400000
     assert kv["launch"] == 1 and kv["role"] == "target" and kv["text"].startswith("[2025-12-10 10:00:06]")

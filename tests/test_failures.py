@@ -172,3 +172,51 @@ def test_corpus_crash_names_a_root_cause_that_is_no_consequence(log: Path):
         assert analysed["failure"] is not None, f"{log.name}: crashed, root cause not named"
         f = finding(rep, "startup-failed")
         assert f is not None and f["detail"]["line"] == analysed["failure"]["line"]
+
+
+# ---- advice a careful engineer would sign, on every corpus log and case --------------------------
+
+# `mem_fraction_static 0.836 → 0.952`, `--gpu-memory-utilization to ≤ 0.76`, `… to about 0.83`, `… at least 0.92`
+FRACTION_IN_TEXT = re.compile(r"(?:mem[-_]fraction[-_]static|gpu[-_]memory[-_]utilization)\s+(?:-?[\d.]+\s*→\s*|"
+                              r"to\s+(?:about\s+|≤\s*|at least\s+)?)(-?\d+(?:\.\d+)?)")
+FAILED_RULES = {"out-of-memory", "startup-failed", "utilization-too-high", "weights-exceed-budget"}
+
+
+def every_log():
+    logs = sorted(CORPUS.glob("*/*.log")) if CORPUS.is_dir() else []
+    return [pytest.param(p, id=f"{p.parent.name}/{p.name[:3]}") for p in logs + sorted(CASES.glob("*.log"))]
+
+
+@pytest.mark.parametrize("log", every_log())
+def test_advice_is_bounded_and_never_beside_a_failure(log: Path):
+    rep = corpus_report(str(log))
+    for f in rep["findings"]:
+        for key in ("suggested", "ceiling", "least"):
+            value = (f.get("detail") or {}).get(key)
+            assert value is None or 0 < value < 1, f"{log.name}: {f['rule']} {key}={value}"
+        for text in (f["message"], f["action"]):
+            for number in FRACTION_IN_TEXT.findall(text):
+                assert 0 < float(number) < 1, f"{log.name}: {f['rule']} suggests {number}: {text}"
+    names = {f["rule"] for f in rep["findings"]}
+    failed = bool(names & FAILED_RULES) or any(l["failure"] for l in rep["source"]["all_launches"]
+                                                if l["launch"] == rep["source"]["analyzed_launch"])
+    if failed:
+        assert "excess-headroom" not in names, f"{log.name}: excess headroom beside a failure"
+    if not any(f["rule"] == "pool-capped" for f in rep["findings"]):
+        return
+    assert "excess-headroom" not in names, f"{log.name}: excess headroom although a setting caps the pool"
+
+
+@pytest.mark.parametrize("log", every_log())
+def test_held_memory_is_never_above_the_gpu_total(log: Path):
+    rep = corpus_report(str(log))
+    total = rep["gpu"]["total_gib"]
+    for f in rep["findings"]:
+        detail = f.get("detail") or {}
+        if detail.get("held_gib") is not None:
+            assert 0 <= detail["held_gib"] <= detail["total_gib"], f"{log.name}: {detail}"
+    if total is None:
+        return
+    for r in rep["ranks"]:
+        held = sum(s["gib"] for s in r["segments"] if s["category"] != "free" and s["gib"] is not None)
+        assert held <= total + 0.05, f"{log.name}: {r['label']} holds {held} GiB of {total}"

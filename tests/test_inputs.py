@@ -388,3 +388,30 @@ def test_bad_config_json_is_an_input_error(monkeypatch, capsys, name):
         read_model_config(inp(name))
     code, out, err = run_entry(monkeypatch, capsys, "explain", VLLM_TP2, "--config-json", inp(name))
     assert code == 2 and err.startswith("capdiag: error:")
+
+
+def test_documented_query_alone_gives_total_framework_and_other(tmp_path):
+    """`index,memory.used,memory.free` has no total column: the total is used + free per GPU
+    (the driver's reserved memory is in neither, and the report says so)."""
+    log = tmp_path / "sglang.log"
+    log.write_text("\n".join([
+        "[2025-05-06 09:00:01 TP0] Load weight begin. avail mem=78.42 GB",
+        "[2025-05-06 09:00:09 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=63.41 GB, mem usage=15.01 GB.",
+        "[2025-05-06 09:00:09 TP0] KV Cache is allocated. #tokens: 420000, K size: 25.63 GB, V size: 25.63 GB",
+        "[2025-05-06 09:00:09 TP0] Memory pool end. avail mem=12.01 GB",
+        "[2025-05-06 09:00:15 TP0] Capture cuda graph end. Time elapsed: 5.11 s. mem usage=0.61 GB. avail mem=11.40 GB.",
+    ]) + "\n")
+    smi = tmp_path / "smi.csv"
+    smi.write_text("0, 69322 MiB, 11775 MiB\n")
+    rep = build(analyse(str(log), nvidia_smi=str(smi)))
+    assert rep["gpu"]["total_gib"] == round((69322 + 11775) / 1024, 2) == 79.2
+    assert rep["gpu"]["total_source"] == "nvidia-smi"
+    assert "memory.used 69322 + memory.free 11775 = 81097 MiB" in rep["gpu"]["total_derivation"]
+    assert "reserved" in rep["gpu"]["total_derivation"]
+    rows = {r["category"]: r for r in rep["breakdown"]}
+    assert rows["framework"]["gib"] == round(79.2 - 78.42, 2)
+    # other: used 69322 MiB − framework − weights − KV − graphs
+    held = round(79.2 - 78.42, 2) + 15.01 + 25.63 * 2 + 0.61
+    assert rows["other"]["gib"] == round(69322 / 1024 - held, 2) and rows["other"]["status"] == "derived"
+    # nothing asks for the nvidia-smi output that was given
+    assert "--nvidia-smi-file" not in json.dumps(rep) and "or nvidia-smi output" not in json.dumps(rep)

@@ -148,12 +148,18 @@ def summary(rep: dict) -> str:
 
 @lru_cache(maxsize=None)
 def physical_lines(path: str) -> tuple[str, ...]:
-    """The file's lines as capdiag numbers them: split on "\\n" only, decoded with replacement."""
+    """The file's lines as capdiag numbers them (split on "\\n" only) and as its evidence quotes
+    them: decoded with replacement, ANSI colour removed."""
     text = Path(path).read_bytes().decode("utf-8", errors="replace").replace("\x00", "")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return tuple(line.rstrip("\r") for line in lines)
+    return tuple(ANSI.sub("", line.rstrip("\r")) for line in lines)
+
+
+# ANSI colour as ECMA-48 spells it (CSI … final byte, OSC … BEL), written out here so the test
+# does not take capdiag's own pattern on trust
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\n]*\x07")
 
 
 def unreal_evidence(evidence: list[dict], sources: dict[str, Optional[str]]) -> list[str]:

@@ -209,10 +209,11 @@ def test_carriage_return_does_not_shift_line_numbers():
     assert [f.evidence.line for f in facts_of(data)] == [2, 3]
 
 
-def test_evidence_keeps_the_raw_text():
+def test_evidence_keeps_the_raw_text_without_its_colour():
+    # the container prefix stays (it is the line as the user has it); ANSI colour does not
     raw = "sglang-1  | \x1b[32m" + BEGIN + "\x1b[0m"
     fact = facts_of((raw + "\n").encode())[0]
-    assert fact.evidence.text == raw and fact.evidence.line == 1
+    assert fact.evidence.text == "sglang-1  | " + BEGIN and fact.evidence.line == 1
 
 
 def test_invalid_utf8_is_replaced_not_fatal():
@@ -315,3 +316,91 @@ def test_hits_after_removed_ansi_codes_and_nuls_keep_their_lines():
     lines = list(candidate_runs(physical_runs(io.BytesIO(data))))
     assert [(l.number, l.text) for l in lines] == [
         (2, "Load weight begin. avail mem=78.58 GB"), (5, "KV Cache is allocated. #tokens: 7")]
+
+
+# ---- encodings: byte-order marks, UTF-16 (PowerShell's `>`), CRLF; real binaries refused -----------
+
+VLLM_KV = "INFO 04-19 17:30:52 [gpu_worker.py:298] Available KV cache memory: 54.78 GiB"
+VLLM_LOAD = "INFO 04-19 17:30:40 [gpu_model_runner.py:1770] Model loading took 14.9889 GiB and 6.02 seconds"
+
+
+@pytest.mark.parametrize("encoding, bom", [
+    ("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"),
+    ("utf-16-le", b""), ("utf-16-be", b""),
+], ids=["utf8-bom", "utf16le-bom", "utf16be-bom", "utf16le-no-bom", "utf16be-no-bom"])
+def test_byte_order_marks_and_utf16_are_decoded(tmp_path, encoding, bom):
+    text = "\r\n".join(["noise", VLLM_LOAD, VLLM_KV, ""])  # CRLF line ends, as Windows writes them
+    path = tmp_path / "powershell.log"
+    path.write_bytes(bom + text.encode(encoding))
+    lines = list(physical_lines(open_input(str(path))))
+    assert [n for n, _ in lines] == [1, 2, 3] and lines[2][1] == VLLM_KV  # no BOM, no \r left
+    facts, framework, count = read_log(str(path))
+    assert framework == "vllm" and count == 3
+    assert [f.kind for f in facts] == ["VllmModelLoading", "VllmAvailableKV"]
+    assert [f.evidence.line for f in facts] == [2, 3] and facts[1].evidence.text == VLLM_KV
+
+
+def test_utf16_inside_gzip_and_from_bytes(tmp_path):
+    data = "\r\n".join([VLLM_LOAD, VLLM_KV]).encode("utf-16")  # Python's utf-16 writes the BOM
+    path = tmp_path / "log.gz"
+    path.write_bytes(gzip.compress(data))
+    assert [f.kind for f in read_log(str(path))[0]] == ["VllmModelLoading", "VllmAvailableKV"]
+    assert [f.kind for f in facts_of(data)] == ["VllmModelLoading", "VllmAvailableKV"]
+
+
+@pytest.mark.parametrize("data", [
+    bytes(range(256)) * 8,  # every byte value: NULs with no UTF-16 order
+    b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 56 + b"\x02\x00>\x00\x01\x00\x00\x00" * 40,
+    b"\xff\xfe" + bytes(range(256)) * 4,  # a BOM, then no text: decoded, but nothing to read
+], ids=["all-bytes", "elf", "bom-then-binary"])
+def test_real_binaries_are_still_refused(tmp_path, data):
+    path = tmp_path / "blob.log"
+    path.write_bytes(data)
+    with pytest.raises(InputError):
+        read_log(str(path))
+
+
+# ---- JSON log records and ANSI colour, removed once where the line is read ---------------------------
+
+def test_a_json_log_record_is_read_as_the_line_it_carries():
+    record = ('{"log":"\\u001b[0;36m(VllmWorker rank=1 pid=4102)\\u001b[0;0m ' + VLLM_KV + '\\n",'
+              '"stream":"stderr","time":"2026-04-19T17:30:52.611Z"}')
+    (fact,) = facts_of((record + "\n").encode())
+    assert fact.kind == "VllmAvailableKV" and fact.rank.tp == 1
+    assert fact.evidence.text == "(VllmWorker rank=1 pid=4102) " + VLLM_KV  # decoded, colour gone
+
+
+def test_text_that_only_looks_like_json_is_left_alone():
+    assert clean('{"log": not json') == ['{"log": not json']
+    assert facts_of(b'{"message": 3, "x": "Model loading took 1.0 GiB"}\n') == []
+
+
+def test_ansi_colour_never_reaches_any_output_format(tmp_path):
+    from capdiag.analysis import analyse
+    from capdiag.render import render
+    from capdiag.report import build
+    coloured = [f"\x1b[1;36m(VllmWorker rank=0 pid=77)\x1b[0;0m {VLLM_LOAD}",
+                f"\x1b[1;36m(VllmWorker rank=0 pid=77)\x1b[0;0m {VLLM_KV}"]
+    path = tmp_path / "colour.log"
+    path.write_text("\n".join(coloured) + "\n")
+    report = build(analyse(str(path)))
+    for fmt in ("json", "markdown", "html", "text"):
+        out = render(report, fmt)
+        assert "\x1b" not in out and "\\u001b" not in out, fmt
+    kv = next(r for r in report["breakdown"] if r["category"] == "kv_cache")
+    assert kv["evidence"][0]["text"] == "(VllmWorker rank=0 pid=77) " + VLLM_KV
+
+
+@pytest.mark.parametrize("raw", [
+    "2026-04-19 17:30:52.611 | " + VLLM_KV,
+    "Apr 19 17:30:52 gpu-node-4 vllm[20817]: " + VLLM_KV,
+    "Apr  9 07:03:11 gpu-node-4 docker[991]: " + VLLM_KV,
+    "2026-04-19T17:30:52+0000 gpu-node-4 vllm[20817]: " + VLLM_KV,
+    "2026-04-19T17:30:52.611123456Z stderr F " + VLLM_KV,
+    "[pod/vllm-7c9d5b-x2k4q/vllm] " + VLLM_KV,
+    "2026-04-19T17:30:52.6113452Z " + VLLM_KV,
+    "vllm-1  | 2026-04-19T17:30:52.611Z " + VLLM_KV,
+], ids=["docker-desktop-bar", "journald", "journald-one-digit-day", "journald-iso", "cri", "kubectl-prefix",
+        "github-actions", "compose+timestamps"])
+def test_host_and_container_prefixes_before_vllm_lines(raw):
+    assert clean(raw) == [VLLM_KV]

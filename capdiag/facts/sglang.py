@@ -193,6 +193,14 @@ class KVCacheDtype(Fact):
 
 
 @attrs.frozen(kw_only=True)
+class KVAvailableMemory(Fact):
+    """`The available memory for KV cache is X GB.` (Ascend builds): what the pool is sized
+    from on this rank; negative when the weights left nothing."""
+
+    gib: float
+
+
+@attrs.frozen(kw_only=True)
 class SlidingWindowSplit(Fact):
     full_layer_tokens: Optional[int] = None
     swa_layer_tokens: Optional[int] = None

@@ -87,11 +87,19 @@ def framework_of(fact: F.Fact) -> Optional[str]:
 
 
 def detect_framework(facts: Iterable[F.Fact]) -> Optional[str]:
+    """The framework whose own line kinds the log holds most of; for a log that holds none (a
+    traceback alone), the one whose source files its frames run through."""
     counts = {name: 0 for name in FRAMEWORKS}
+    frames = {name: 0 for name in FRAMEWORKS}
     for fact in facts:
         name = framework_of(fact)
         if name:
             counts[name] += 1
+        elif isinstance(fact, F.TracebackFrame):
+            for candidate in FRAMEWORKS:
+                frames[candidate] += f"/{candidate}/" in fact.path
+    if max(counts.values()) == 0:
+        counts = frames
     best = max(counts.values())
     return None if best == 0 else max(FRAMEWORKS, key=lambda n: counts[n])
 

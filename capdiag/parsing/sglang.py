@@ -206,6 +206,9 @@ class _Lines(Transformer):
     def post_capture(self, _):
         return None
 
+    def kv_available(self, items):
+        return (F.KVAvailableMemory, {"gib": items[0].value})
+
     def kv_dtype(self, items):
         return (F.KVCacheDtype, {"dtype": str(items[-1])})
 

@@ -1,0 +1,55 @@
+"""Facts about a running server: what its request-time traffic lines add up to.
+
+Traffic lines are most of a long log, so there is no fact per line: the source's traffic
+aggregator sums them in constant memory into one `TrafficSummary` per rank and start-up, and a
+few `TrafficMark`s — the lines a finding cites (first, last, the peak, the first retraction).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import attrs
+
+from capdiag.facts.base import Fact
+
+# The role of these facts: not a start-up line, so no start-up rule, rank table or launch
+# phase counts them (Knowledge.of looks at role "target" unless told otherwise).
+RUNTIME_ROLE = "runtime"
+
+
+@attrs.frozen(kw_only=True)
+class TrafficSummary(Fact):
+    """One rank's request-time lines of one start-up, summed. Evidence: its first such line.
+
+    KV usage is a fraction 0–1 (vLLM's percent / 100) as printed; `samples` counts lines that
+    print it, keyed by (usage, queued, running) so any request limit can be applied later.
+    """
+
+    framework: str  # "sglang" | "vllm"
+    lines: int  # traffic lines read
+    first_time: str
+    last_time: str
+    samples: tuple[tuple[Optional[float], bool, int, int], ...]  # (usage or None, queue > 0, running, count)
+    peak_queue: int
+    throughput: tuple[Optional[float], Optional[float]]  # min, max decode/generation token/s
+    context_tokens: int = 0  # Σ #token over decode lines (SGLang)
+    context_requests: int = 0  # Σ #running-req over the same lines
+    prompt_tokens: int = 0  # Σ (#new-token + #cached-token) over prefill lines (SGLang)
+    prompt_requests: int = 0  # Σ #new-seq over the same lines
+    retractions: int = 0  # requests retracted (SGLang) — Σ #retracted_reqs
+    retraction_events: int = 0
+    retraction_tokens_max: Optional[int] = None  # largest #new_tokens_gained of one retraction
+    preemptions: Optional[int] = None  # vLLM V0: the last total_num_cumulative_preemption
+    series: tuple[tuple[str, float, int, int], ...] = ()  # (time, max usage, max running, max queue)
+
+
+@attrs.frozen(kw_only=True)
+class TrafficMark(Fact):
+    """A traffic line worth citing: `mark` is first | last | peak_usage | peak_running |
+    peak_queue | first_full | first_retraction | last_retraction | last_preemption."""
+
+    framework: str
+    mark: str
+    value: Any = None
+    summary_line: int = 0  # the evidence line of the TrafficSummary it belongs to
+

@@ -1,0 +1,223 @@
+"""What a running server's endpoints answer → the same typed facts its log lines give.
+
+Each fact's Evidence names the endpoint and the field (`GET /server_info`,
+`internal_states[0].memory_usage.weight = 14.99`), so the report's evidence chains end there
+instead of at log lines. Only what the answer states becomes a fact: SGLang's figures are GB as
+its log prints them (bytes / 2^30, so GiB), vLLM's KV usage gauge is a fraction (1 = 100 %).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Optional
+
+from capdiag import facts as F
+from capdiag.parsing.prometheus import Sample
+
+# /server_info keys that are not server arguments (the scheduler's figures, per-DP states)
+_NOT_ARGS = {"internal_states", "version", "max_total_num_tokens", "max_req_input_len", "status", "tokenizer_info"}
+
+
+def _ev(endpoint: str, text: str) -> F.Evidence:
+    return F.Evidence(F.INPUT_LINE, text, 1, endpoint)
+
+
+def _num(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def sglang_server_info(info: dict, endpoint: str) -> list[F.Fact]:
+    """`/server_info` (newer) or `/get_server_info`: the server arguments at the top level, the
+    scheduler's token capacity, and one internal state per DP rank with its `memory_usage`
+    (`weight`, `kvcache`, `graph` or `cuda_graph` — a number, or one per graph kind —,
+    `token_capacity`)."""
+    if not isinstance(info, dict):
+        raise TypeError("server info is not an object")
+    args = {k: v for k, v in info.items() if k not in _NOT_ARGS}
+    facts: list[F.Fact] = [F.ServerArgs(evidence=_ev(endpoint, f"server arguments ({len(args)} fields)"),
+                                        fields=args, style="dict")]
+    states = [s for s in info.get("internal_states") or () if isinstance(s, dict)]
+    several = len(states) > 1
+    for i, state in enumerate(states):
+        rank = F.Rank(dp=i) if several else F.NO_RANK
+        where = f"internal_states[{i}].memory_usage"
+        usage = state.get("memory_usage") if isinstance(state.get("memory_usage"), dict) else {}
+        weight, kv = _num(usage.get("weight")), _num(usage.get("kvcache"))
+        tokens = usage.get("token_capacity")
+        graph = usage.get("graph", usage.get("cuda_graph"))
+        if weight is not None:
+            facts.append(F.LoadWeightEnd(evidence=_ev(endpoint, f"{where}.weight = {weight}"), rank=rank,
+                                         mem_usage_gib=weight))
+        if kv is not None or isinstance(tokens, int):
+            facts.append(F.KVCacheAllocated(
+                evidence=_ev(endpoint, f"{where}.kvcache = {kv}, {where}.token_capacity = {tokens}"), rank=rank,
+                tokens=tokens if isinstance(tokens, int) else None, kv_gib=kv))
+        graphs = graph if isinstance(graph, dict) else {"decode": graph}
+        total = [_num(v) for v in graphs.values() if _num(v) is not None]
+        if total:
+            facts.append(F.GraphCaptureEnd(evidence=_ev(endpoint, f"{where}.graph = {graph}"), rank=rank,
+                                           graph="decode", device="cuda", mem_usage_gib=round(sum(total), 2)))
+        capacity = tokens if isinstance(tokens, int) else info.get("max_total_num_tokens")
+        limit = state.get("effective_max_running_requests_per_dp", info.get("max_running_requests"))
+        if isinstance(capacity, int):
+            facts.append(F.TokenBudget(
+                evidence=_ev(endpoint, f"token capacity {capacity}, max_running_requests {limit}, "
+                                       f"context_length {info.get('context_length')}"), rank=rank,
+                max_total_num_tokens=capacity, max_running_requests=limit if isinstance(limit, int) else None,
+                context_len=info.get("context_length") if isinstance(info.get("context_length"), int) else None,
+                chunked_prefill_size=info.get("chunked_prefill_size") if isinstance(
+                    info.get("chunked_prefill_size"), int) else None))
+    facts.append(F.ServerReady(evidence=_ev(endpoint, "the server answers")))
+    return facts
+
+
+def sglang_loads(loads: Any, endpoint: str, capacity: Optional[int]) -> list[F.Fact]:
+    """`/v1/loads` (`{"loads": [{dp_rank, num_running_reqs, num_waiting_reqs, token_usage,
+    gen_throughput, …}]}`) or the older `/get_load` (a list of `{dp_rank, num_reqs,
+    num_waiting_reqs, num_tokens}`, where `num_reqs` counts running and waiting requests and the
+    usage is `num_tokens` over the token capacity): one sample per DP rank."""
+    rows = loads.get("loads") if isinstance(loads, dict) else loads
+    out: list[F.Fact] = []
+    for i, row in enumerate(r for r in rows or () if isinstance(r, dict)):
+        waiting = int(row.get("num_waiting_reqs") or 0)
+        if "num_running_reqs" in row:
+            running, usage = int(row["num_running_reqs"]), _num(row.get("token_usage"))
+        else:
+            running = int(row.get("num_reqs") or 0) - waiting
+            tokens = row.get("num_tokens")
+            usage = round(tokens / capacity, 4) if isinstance(tokens, int) and capacity else None
+        several = len(rows) > 1
+        rank = F.Rank(dp=int(row.get("dp_rank", i))) if several else F.NO_RANK
+        name = "loads" if isinstance(loads, dict) else ""
+        text = (f"{name}[{i}]: running {running}, waiting {waiting}, token usage {usage}, "
+                f"gen throughput {row.get('gen_throughput')}")
+        out.append(_snapshot("sglang", rank, endpoint, text, [(usage, waiting, running)],
+                             throughput=_num(row.get("gen_throughput"))))
+    return out
+
+
+def vllm_metrics(scrapes: list[list[Sample]], endpoint: str) -> list[F.Fact]:
+    """One or more scrapes of vLLM's `/metrics` (oldest first): `cache_config_info`'s labels
+    (`num_gpu_blocks`, `block_size`, `gpu_memory_utilization`, `cache_dtype`, newer
+    `kv_cache_size_tokens`) from the last, and per engine (DP rank) each scrape's KV usage,
+    running and waiting requests and the preemption count."""
+    last = scrapes[-1]
+    facts: list[F.Fact] = []
+    info = next((s for s in last if s.name == "cache_config_info"), None)
+    if info is not None:
+        said = ", ".join(f"{k}={v}" for k, v in sorted(info.labels.items()))
+        fields = {"gpu_memory_utilization": _float(info.labels.get("gpu_memory_utilization")),
+                  "block_size": _int(info.labels.get("block_size")),
+                  "kv_cache_dtype": info.labels.get("cache_dtype")}
+        facts.append(F.VllmArgs(evidence=_ev(endpoint, f"{info.read_as}{{{said}}}"),
+                                fields={k: v for k, v in fields.items() if v is not None}, style=info.read_as))
+        blocks, tokens = _int(info.labels.get("num_gpu_blocks")), _int(info.labels.get("kv_cache_size_tokens"))
+        if blocks:
+            facts.append(F.VllmGpuBlocks(evidence=_ev(endpoint, f"{info.read_as} num_gpu_blocks={blocks}"),
+                                         blocks=blocks, wording="cache_config_info"))
+        if tokens:
+            facts.append(F.VllmKVCacheSize(evidence=_ev(endpoint, f"{info.read_as} kv_cache_size_tokens={tokens}"),
+                                           tokens=tokens, device="GPU"))
+    engines: dict[str, list] = defaultdict(lambda: [[] for _ in scrapes])
+    for n, scrape in enumerate(scrapes):
+        for s in scrape:
+            if s.name in ("kv_cache_usage", "running", "waiting", "preemptions"):
+                engines[s.labels.get("engine", "")][n].append(s)
+    several = len(engines) > 1
+    for engine, per_scrape in sorted(engines.items()):
+        rank = F.Rank(dp=int(engine)) if several and engine.isdigit() else F.NO_RANK
+        states, read, preempted = [], [], None
+        for samples in per_scrape:
+            got = {s.name: s for s in samples}
+            if "running" not in got:
+                continue
+            usage = got.get("kv_cache_usage")
+            states.append((usage.value if usage else None, int(got["waiting"].value) if "waiting" in got else 0,
+                           int(got["running"].value)))
+            read = [f"{s.read_as}={s.value:g}" for s in samples]
+            if "preemptions" in got:
+                preempted = int(got["preemptions"].value)
+        if states:
+            text = f"engine {engine or '0'}: " + ", ".join(read) + (f" ({len(states)} scrapes)" if len(states) > 1 else "")
+            facts.append(_snapshot("vllm", rank, endpoint, text, states, preemptions=preempted))
+    facts.append(F.VllmEngineReady(evidence=_ev(endpoint, "the server answers")))
+    return facts
+
+
+def vllm_models(models: Any, endpoint: str) -> list[F.Fact]:
+    """`/v1/models`: the served model and its `max_model_len`."""
+    data = models.get("data") if isinstance(models, dict) else None
+    first = data[0] if data and isinstance(data[0], dict) else {}
+    out: list[F.Fact] = []
+    if isinstance(first.get("max_model_len"), int):
+        out.append(F.VllmMaxModelLen(evidence=_ev(endpoint, f"data[0].max_model_len = {first['max_model_len']}"),
+                                     tokens=first["max_model_len"]))
+    if isinstance(first.get("root") or first.get("id"), str):
+        model = first.get("root") or first.get("id")
+        out.append(F.VllmArgs(evidence=_ev(endpoint, f"data[0].root = {model!r}"), fields={"model": model},
+                              style="/v1/models"))
+    return out
+
+
+def vllm_version(answer: Any, endpoint: str) -> list[F.Fact]:
+    version = answer.get("version") if isinstance(answer, dict) else None
+    return [F.VllmVersion(evidence=_ev(endpoint, f"version = {version}"), version=version)] if isinstance(
+        version, str) else []
+
+
+def sglang_metrics(scrapes: list[list[Sample]], endpoint: str) -> list[F.Fact]:
+    """SGLang's `/metrics` (`sglang:token_usage`, `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
+    `sglang:max_total_num_tokens`): one sample per scrape and DP rank."""
+    ranks: dict[str, list] = defaultdict(lambda: [[] for _ in scrapes])
+    for n, scrape in enumerate(scrapes):
+        for s in scrape:
+            ranks[s.labels.get("dp_rank", "")][n].append(s)
+    several = len(ranks) > 1
+    out: list[F.Fact] = []
+    for dp, per_scrape in sorted(ranks.items()):
+        rank = F.Rank(dp=int(dp)) if several and dp.isdigit() else F.NO_RANK
+        states, read = [], []
+        for samples in per_scrape:
+            got = {s.name: s for s in samples}
+            if "running" in got:
+                states.append((got["kv_cache_usage"].value if "kv_cache_usage" in got else None,
+                               int(got["waiting"].value) if "waiting" in got else 0, int(got["running"].value)))
+                read = [f"{s.read_as}={s.value:g}" for s in samples]
+        capacity = next((s for s in per_scrape[-1] if s.name == "max_total_num_tokens"), None)
+        if capacity is not None:
+            limit = next((s for s in per_scrape[-1] if s.name == "max_running_requests"), None)
+            out.append(F.TokenBudget(evidence=_ev(endpoint, f"{capacity.read_as} = {capacity.value:g}"), rank=rank,
+                                     max_total_num_tokens=int(capacity.value),
+                                     max_running_requests=int(limit.value) if limit else None))
+        if states:
+            out.append(_snapshot("sglang", rank, endpoint, f"dp_rank {dp or '0'}: " + ", ".join(read), states))
+    return out
+
+
+def _snapshot(framework: str, rank: F.Rank, endpoint: str, text: str, states: list[tuple],
+              throughput: Optional[float] = None, preemptions: Optional[int] = None) -> F.TrafficSummary:
+    """Samples of a server's state (one per scrape) as a traffic summary: (usage, waiting, running)."""
+    counts: dict[tuple, int] = defaultdict(int)
+    for usage, waiting, running in states:
+        counts[(usage, waiting > 0, running)] += 1
+    labels = [f"sample {n}" for n in range(1, len(states) + 1)]
+    return F.TrafficSummary(
+        evidence=_ev(endpoint, text), rank=rank, role=F.RUNTIME_ROLE, framework=framework, lines=len(states),
+        first_time=labels[0], last_time=labels[-1],
+        samples=tuple(sorted(((u, q, r, n) for (u, q, r), n in counts.items()),
+                             key=lambda s: (-1.0 if s[0] is None else s[0],) + s[1:])),
+        peak_queue=max(w for _, w, _ in states), throughput=(throughput, throughput), preemptions=preemptions,
+        series=tuple((label, -1.0 if u is None else u, r, w) for label, (u, w, r) in zip(labels, states)))
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    try:
+        return int(text) if text not in (None, "", "None") else None
+    except ValueError:
+        return None
+
+
+def _float(text: Optional[str]) -> Optional[float]:
+    try:
+        return float(text) if text not in (None, "", "None") else None
+    except ValueError:
+        return None

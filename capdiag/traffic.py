@@ -1,0 +1,433 @@
+"""Request-time traffic lines, summed as the source streams past them: no fact per line.
+
+A server that has run for days leaves a log that is mostly these lines (SGLang's `Prefill
+batch` / `Decode batch` and retraction warnings, vLLM's periodic `Avg prompt throughput: …`
+metrics and preemption warnings). The source hands every block of raw lines to `feed()`, and
+calls `restart()` where a start-up record begins, so traffic stays with its start-up. Each
+block is read by one regular-expression pass per framework (in C); the values go into counters
+whose size does not grow with the log: KV usage is printed to two decimals (a percent to one),
+so its histogram is exact and small. `facts()` turns the sums into one TrafficSummary per rank
+and start-up, and the few TrafficMark lines a finding cites.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Optional
+
+from capdiag import facts as F
+from capdiag.source import line_text
+
+SERIES_POINTS = 240  # points kept of the usage/running/queue series (pairs merge beyond)
+SERIES_PER_BLOCK = 16  # points one block of lines gives at most
+FULL = 1.0  # usage printed as 1.00 (SGLang) or 100.0% (vLLM)
+
+# SGLang: `[2026-03-02 09:14:28 DP1 TP0] Decode batch, …` — the date is absent before v0.3,
+# rank tags as the start-up lines have them, then perhaps `INFO scheduler.py:123: `.
+_SGL_HEAD = rb"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)\] (?:[A-Z]+ [\w./-]+:\d+: )?"
+# Both batch lines in every field set seen across versions: `.` after `batch` before ~v0.4.4,
+# an iteration counter `[N]` with SGLANG_LOG_FORWARD_ITERS, `full`/`swa`/`mamba` usages for
+# hybrid pools (the KV usage is the larger of full and SWA, as SGLang's own get_kv_token_stats;
+# mamba state is not KV), `cache hit rate` in v0.3.x prefill lines, and whatever sits between
+# the usages and `gen throughput` (speculative accept length, PD-disaggregation queues).
+_SGLANG = re.compile(
+    _SGL_HEAD + rb"(?:Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+), "
+    rb"(?:full )?token usage: ([\d.]+), (?:#swa token: \d+, swa token usage: ([\d.]+), )?"
+    rb"[^\n]*?gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)"
+    rb"|Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), "
+    rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: ([\d.]+), (?:swa token usage: ([\d.]+), )?"
+    rb"(?:mamba usage: [\d.]+, )?#running-req: (\d+), #queue-req: (\d+))")
+# `KV cache pool is full. Retract requests.` (v0.4.8+), `Decode out of memory happened.` before;
+# `#new_tokens_gained` (the tokens the retraction freed) in newer versions.
+_RETRACT = re.compile(
+    _SGL_HEAD + rb"(?:KV cache pool is full\. Retract requests\.|[Dd]ecode out of memory happened[.,]) "
+    rb"#retracted_reqs: (\d+)(?:, #new_tokens_gained: (\d+))?")
+# vLLM: V0 `Avg prompt throughput: … Running: R reqs, Swapped: S reqs, Pending: W reqs, GPU KV
+# cache usage: U%, CPU KV cache usage: C%.`, early V1 without the usage, V1 `Engine 000: … Running:
+# R reqs, Waiting: W reqs, GPU KV cache usage: U%, Prefix cache hit rate: H%` (one engine per DP rank).
+_VLLM = re.compile(
+    rb"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
+    rb"Running: (\d+) reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): (\d+) reqs(?:, GPU KV cache usage: ([\d.]+)%)?")
+_ENGINE = re.compile(rb"Engine (\d+): $")
+# Python's regular expressions cost about a character matched, so the fast reading of a block
+# takes each figure by a short pattern of its own, in line order, and checks that every line gave
+# one of each (else the block is read line by line with the full patterns above).
+_S_RUNNING = re.compile(rb"#running-req: (\d+)")
+_S_USAGE = re.compile(rb"token usage: ([\d.]+)")
+_S_QUEUE = re.compile(rb"#queue-req: (\d+)")
+_S_GEN = re.compile(rb"gen throughput \(token/s\): ([\d.]+)")
+_S_DECODE = re.compile(rb"Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+)")
+_S_PREFILL = re.compile(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
+_S_HEAD = re.compile(_SGL_HEAD)
+# SGLang names every scheduler's lines the same way (no tags with one GPU, ` TP0` with TP only, and
+# ` DP1 TP0`, ` PP1 TP0`… otherwise), and only attention-TP rank 0 prints traffic: lines without
+# these tags all come from one scheduler.
+_MULTI_RANK = (b"DP", b"PP", b"ATTN_CP", b"MOE_DP")
+_V_COUNTS = re.compile(rb"ing: (\d+) reqs")  # Running, then Waiting (V1) or Pending (V0)
+_V_USAGE = re.compile(rb"GPU KV cache usage: ([\d.]+)%")
+_V_GEN = re.compile(rb"Avg generation throughput: ([\d.]+)")
+_V_ENGINES = re.compile(rb"Engine (\d+): Avg prompt")
+_VLLM_TIME = re.compile(rb"(?:(\d{4}-)?(\d\d-\d\d) )?(\d\d:\d\d:\d\d)")
+# V0 warns every 50th preemption, with the running total
+_PREEMPT = re.compile(rb"is preempted by PreemptionMode\.\w+ mode[^\n]*?total_num_cumulative_preemption=(\d+)")
+_TAG = re.compile(r"([A-Z_]+?)(\d+)")
+_NOT_QUEUED = b"0".__ne__
+
+
+def _line_at(block: bytes, pos: int) -> tuple[int, int]:
+    """Start and end offsets of the line holding `pos`."""
+    end = block.find(b"\n", pos)
+    return block.rfind(b"\n", 0, pos) + 1, len(block) if end < 0 else end
+
+
+def _ranges(block: bytes, parts: int) -> list[tuple[int, int]]:
+    """`parts` runs of whole lines covering the block (fewer for a short one)."""
+    cuts, step = [0], max(1, len(block) // parts)
+    for at in range(step, len(block), step):
+        cut = block.find(b"\n", at) + 1
+        if cut == 0:
+            break
+        if cut > cuts[-1]:
+            cuts.append(cut)
+    if cuts[-1] < len(block):
+        cuts.append(len(block))
+    return list(zip(cuts, cuts[1:]))
+
+
+class _Rank:
+    """One rank's sums within one start-up."""
+
+    def __init__(self, framework: str, tags: bytes):
+        self.framework, self.tags = framework, tags
+        self.lines = 0
+        self.samples: Counter = Counter()  # (usage bytes, queued, running bytes) -> lines
+        self.first_time = self.last_time = ""
+        self.peak_queue = 0
+        self.peak_usage = -1.0
+        self.peak_running = -1
+        self.low = self.high = None  # throughput range
+        self.context = [0, 0]
+        self.prompt = [0, 0]
+        self.retracted = self.retract_events = 0
+        self.retract_tokens: Optional[int] = None
+        self.preemptions: Optional[int] = None
+        self.series: list[list] = []
+        self.marks: dict[str, tuple[int, str, object]] = {}  # mark -> (line, text, value)
+        self.last_block: tuple[int, bytes] = (0, b"")
+
+    # ---- adding
+    def add(self, first: int, block: bytes, usages: list, queues: list, runnings: list, when: tuple[str, str]) -> None:
+        """A run of this rank's lines, in line order: their usages (b"" where not printed), queue
+        and running counts as printed; `when` the times of the run's first and last line. The
+        run becomes one point of the series."""
+        self.lines += len(usages)
+        self.samples.update(zip(usages, map(_NOT_QUEUED, queues), runnings))
+        if not self.first_time:
+            self.first_time = when[0]
+            self.cite_edge("first", first, block)
+        self.last_time = when[1]
+        self.last_block = (first, block)
+        scale = 100.0 if self.framework == "vllm" else 1.0
+        top_queue = max(map(int, set(queues)))
+        top_running = max(map(int, set(runnings)))
+        known = [u for u in set(usages) if u]
+        top_usage = max(map(float, known)) / scale if known else -1.0
+        if top_usage > self.peak_usage:
+            self.peak_usage = top_usage
+            self._mark("peak_usage", first, block, self._usage_needles(top_usage), top_usage)
+        if top_usage >= FULL and "first_full" not in self.marks:
+            self._mark("first_full", first, block, self._usage_needles(top_usage), top_usage)
+        if top_running > self.peak_running:
+            self.peak_running = top_running
+            self._mark("peak_running", first, block, self._running_needles(top_running), top_running)
+        if top_queue > self.peak_queue:
+            self.peak_queue = top_queue
+            self._mark("peak_queue", first, block, self._queue_needles(top_queue), top_queue)
+        point = [when[1], top_usage, top_running, top_queue]
+        if self.series and self.series[-1][0] == point[0]:
+            self.series[-1] = _merged(self.series[-1], point)
+        else:
+            self.series.append(point)
+        if len(self.series) > 2 * SERIES_POINTS:
+            self.series = [_merged(a, b) for a, b in zip(self.series[::2], self.series[1::2])] + (
+                [self.series[-1]] if len(self.series) % 2 else [])
+
+    def throughput(self, values: list[float]) -> None:
+        if values:
+            low, high = min(values), max(values)
+            self.low = low if self.low is None else min(self.low, low)
+            self.high = high if self.high is None else max(self.high, high)
+
+    def _usage_needles(self, usage: float) -> tuple[bytes, ...]:
+        if self.framework == "vllm":
+            return (b"cache usage: %.1f%%" % (usage * 100),)
+        return (b"token usage: %.2f" % usage,)
+
+    def _running_needles(self, running: int) -> tuple[bytes, ...]:
+        return (b"Running: %d reqs" % running,) if self.framework == "vllm" else (b"#running-req: %d," % running,)
+
+    def _queue_needles(self, queue: int) -> tuple[bytes, ...]:
+        if self.framework == "vllm":
+            return b"Waiting: %d reqs" % queue, b"Pending: %d reqs" % queue
+        return b"#queue-req: %d" % queue,
+
+    def _mark(self, mark: str, first: int, block: bytes, needles: tuple[bytes, ...], value: object) -> None:
+        """Cite the first line of the block that holds a needle and is this rank's."""
+        for needle in needles:
+            pos = block.find(needle)
+            while pos >= 0:
+                start, end = _line_at(block, pos)
+                if self._mine(block[start:end]):
+                    self.cite(mark, first, block, start, value)
+                    return
+                pos = block.find(needle, end)
+
+    def _mine(self, line: bytes) -> bool:
+        if self.framework == "vllm":
+            return (b"Engine %s: " % self.tags in line) if self.tags else True
+        return self.tags + b"]" in line
+
+    def cite(self, mark: str, first: int, block: bytes, pos: int, value: object) -> None:
+        start, end = _line_at(block, pos)
+        self.marks[mark] = (first + block.count(b"\n", 0, start), line_text(block[start:end]), value)
+
+    def _traffic_line(self, line: bytes) -> bool:
+        if self.framework == "vllm":
+            return b"Avg prompt throughput: " in line and self._mine(line)
+        return (b"Decode batch" in line or b"Prefill batch" in line) and self._mine(line)
+
+    def cite_edge(self, mark: str, first: int, block: bytes) -> None:
+        """Cite the block's first (mark "first") or last ("last") traffic line of this rank."""
+        needle = b"Avg prompt throughput: " if self.framework == "vllm" else b" batch"
+        forward = mark == "first"
+        pos = block.find(needle) if forward else block.rfind(needle)
+        while pos >= 0:
+            start, end = _line_at(block, pos)
+            if self._traffic_line(block[start:end]):
+                self.cite(mark, first, block, start, None)
+                return
+            pos = block.find(needle, end) if forward else block.rfind(needle, 0, start)
+
+    def close(self) -> None:
+        """Cite the last traffic line (only the last block is kept while reading)."""
+        first, block = self.last_block
+        self.cite_edge("last", first, block)
+        self.last_block = (0, b"")
+
+
+def _merged(a: list, b: list) -> list:
+    return [b[0], max(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])]
+
+
+class TrafficAggregator:
+    """The sink the source feeds: `feed(first_line_number, block)`, `restart(line_number)`."""
+
+    def __init__(self) -> None:
+        self.segments: list[dict[tuple, _Rank]] = [{}]
+        self.framework: Optional[str] = None  # once one's traffic is seen, the other's is not looked for
+
+    def restart(self, line: int) -> None:
+        """A start-up record begins at `line`: later traffic belongs to that start-up."""
+        if self.segments[-1]:
+            self.segments.append({})
+
+    def feed(self, first: int, block: bytes) -> None:
+        seen = self.framework
+        if seen != "vllm":
+            if b" batch" in block:
+                self._sglang(first, block)
+            if b"#retracted_reqs: " in block:
+                self._retractions(first, block)
+        if seen != "sglang":
+            if b"Avg prompt throughput: " in block:
+                self._vllm(first, block)
+            if b"total_num_cumulative_preemption=" in block:
+                self._preemptions(first, block)
+
+    def _rank(self, framework: str, tags: bytes) -> _Rank:
+        ranks = self.segments[-1]
+        found = ranks.get((framework, tags))
+        if found is None:
+            found = ranks[(framework, tags)] = _Rank(framework, tags)
+            self.framework = framework
+        return found
+
+    # ---- SGLang
+    def _sglang(self, first: int, block: bytes) -> None:
+        at = block.find(b" batch")
+        head = _S_HEAD.search(block, _line_at(block, at)[0], at + 1)
+        tags = head.group(3) if head else b""
+        if any(tag in tags for tag in _MULTI_RANK) or not self._sglang_fast(first, block, tags):
+            self._sglang_rows(first, block)
+
+    def _sglang_fast(self, first: int, block: bytes, tags: bytes) -> bool:
+        """One scheduler's lines, figure by figure; False when the figures do not pair up line by
+        line (a hybrid pool prints two usages)."""
+        runs = []
+        for start, stop in _ranges(block, SERIES_PER_BLOCK):
+            running = _S_RUNNING.findall(block, start, stop)
+            usage = _S_USAGE.findall(block, start, stop)
+            queue = _S_QUEUE.findall(block, start, stop)
+            if not len(running) == len(usage) == len(queue):
+                return False
+            if running:
+                runs.append((start, stop, usage, queue, running))
+        if not runs:
+            return True
+        rank = self._rank("sglang", tags)
+        for start, stop, usage, queue, running in runs:
+            rank.add(first, block, usage, queue, running, (_sgl_when(block, start, stop, True),
+                                                           _sgl_when(block, start, stop, False)))
+        rank.throughput([float(g) for g in _S_GEN.findall(block)])
+        decode, prefill = _S_DECODE.findall(block), _S_PREFILL.findall(block)
+        rank.context[0] += sum(int(t) for _, t in decode)
+        rank.context[1] += sum(int(r) for r, _ in decode)
+        rank.prompt[0] += sum(int(n) + int(c) for _, n, c in prefill)
+        rank.prompt[1] += sum(int(q) for q, _, _ in prefill)
+        return True
+
+    def _sglang_rows(self, first: int, block: bytes) -> None:
+        """Line by line with the full pattern: several ranks, or a hybrid pool's two usages."""
+        groups: dict[bytes, list] = {}
+        for row in _SGLANG.findall(block):
+            groups.setdefault(row[2], []).append(row)
+        for tags, rows in groups.items():
+            rank = self._rank("sglang", tags)
+            step = max(1, -(-len(rows) // SERIES_PER_BLOCK))
+            for at in range(0, len(rows), step):
+                run = rows[at:at + step]
+                usages = [max(r[5] or r[12], r[6] or r[13] or b"0") if (r[6] or r[13]) else r[5] or r[12] for r in run]
+                rank.add(first, block, usages, [r[8] or r[15] for r in run], [r[3] or r[14] for r in run],
+                         (_sgl_time(run[0]), _sgl_time(run[-1])))
+            rank.throughput([float(r[7]) for r in rows if r[3]])
+            rank.context[0] += sum(int(r[4]) for r in rows if r[3])
+            rank.context[1] += sum(int(r[3]) for r in rows if r[3])
+            rank.prompt[0] += sum(int(r[10]) + int(r[11]) for r in rows if r[9])
+            rank.prompt[1] += sum(int(r[9]) for r in rows if r[9])
+
+    def _retractions(self, first: int, block: bytes) -> None:
+        for m in _RETRACT.finditer(block):
+            rank = self._rank("sglang", m.group(3))
+            count, gained = int(m.group(4)), m.group(5)
+            rank.retracted += count
+            rank.retract_events += 1
+            if gained is not None:
+                rank.retract_tokens = max(rank.retract_tokens or 0, int(gained))
+            if "first_retraction" not in rank.marks:
+                rank.cite("first_retraction", first, block, m.start(), count)
+            rank.cite("last_retraction", first, block, m.start(), count)
+
+    # ---- vLLM
+    def _vllm(self, first: int, block: bytes) -> None:
+        lines = block.count(b"Avg prompt throughput: ")
+        engines = _V_ENGINES.findall(block)
+        if len(set(engines)) > 1 or (engines and len(engines) != lines) or not self._vllm_fast(
+                first, block, lines, engines[0] if engines else b""):
+            self._vllm_rows(first, block)
+
+    def _vllm_fast(self, first: int, block: bytes, lines: int, engine: bytes) -> bool:
+        runs = []
+        for start, stop in _ranges(block, SERIES_PER_BLOCK):
+            count = block.count(b"Avg prompt throughput: ", start, stop)
+            counts = _V_COUNTS.findall(block, start, stop)
+            usage = _V_USAGE.findall(block, start, stop) or [b""] * count
+            if len(counts) != 2 * count or len(usage) != count:
+                return False
+            if count:
+                runs.append((start, stop, usage, counts[1::2], counts[0::2]))
+        if sum(len(r[2]) for r in runs) != lines:
+            return False
+        rank = self._rank("vllm", engine)
+        for start, stop, usage, waiting, running in runs:
+            rank.add(first, block, usage, waiting, running, (_vllm_when(block, start, stop, True),
+                                                             _vllm_when(block, start, stop, False)))
+        rank.throughput([float(g) for g in _V_GEN.findall(block)])
+        return True
+
+    def _vllm_rows(self, first: int, block: bytes) -> None:
+        groups: dict[bytes, list] = {}
+        for m in _VLLM.finditer(block):
+            engine = _ENGINE.search(block, max(0, m.start() - 16), m.start())
+            groups.setdefault(engine.group(1) if engine else b"", []).append(m)
+        for engine, found in groups.items():
+            rank = self._rank("vllm", engine)
+            step = max(1, -(-len(found) // SERIES_PER_BLOCK))
+            for at in range(0, len(found), step):
+                run = found[at:at + step]
+                rank.add(first, block, [m.group(5) or b"" for m in run], [m.group(4) for m in run],
+                         [m.group(3) for m in run], (_vllm_time(block, run[0].start()), _vllm_time(block, run[-1].start())))
+            rank.throughput([float(m.group(2)) for m in found])
+
+    def _preemptions(self, first: int, block: bytes) -> None:
+        for m in _PREEMPT.finditer(block):
+            rank = self._rank("vllm", b"")
+            rank.preemptions = max(rank.preemptions or 0, int(m.group(1)))
+            rank.cite("last_preemption", first, block, m.start(), rank.preemptions)
+
+    def facts(self) -> list[F.Fact]:
+        """The sums as facts, in line order: a TrafficSummary per rank and start-up, then its marks."""
+        out: list[F.Fact] = []
+        for ranks in self.segments:
+            for rank in ranks.values():
+                out.extend(_facts(rank))
+        return sorted(out, key=lambda f: f.evidence.line)
+
+
+def _sgl_when(block: bytes, start: int, stop: int, first: bool) -> str:
+    """The time of the first (or last) batch line in block[start:stop]."""
+    pos = block.find(b" batch", start, stop) if first else block.rfind(b" batch", start, stop)
+    head = _S_HEAD.search(block, _line_at(block, pos)[0], pos + 1)
+    return _sgl_time(head.groups()) if head else ""
+
+
+def _vllm_when(block: bytes, start: int, stop: int, first: bool) -> str:
+    needle = b"Avg prompt throughput: "
+    pos = block.find(needle, start, stop) if first else block.rfind(needle, start, stop)
+    return _vllm_time(block, pos)
+
+
+def _sgl_time(row: tuple) -> str:
+    return (row[0] + b" " + row[1]).decode() if row[0] else row[1].decode()
+
+
+def _vllm_time(block: bytes, pos: int) -> str:
+    start, end = _line_at(block, pos)
+    m = _VLLM_TIME.search(block, start, pos)
+    if m is None:
+        return ""
+    return " ".join(p.decode() for p in (m.group(2), m.group(3)) if p)
+
+
+def _sample_order(sample: tuple) -> tuple:
+    return (-1.0 if sample[0] is None else sample[0],) + sample[1:]
+
+
+def _rank_of(rank: _Rank) -> F.Rank:
+    if rank.framework == "vllm":
+        return F.Rank(dp=int(rank.tags)) if rank.tags else F.NO_RANK
+    tags = {name.lower(): int(index) for name, index in _TAG.findall(rank.tags.decode())}
+    return F.Rank(**tags)
+
+
+def _facts(rank: _Rank) -> list[F.Fact]:
+    if rank.samples or rank.lines:
+        rank.close()
+    anchor = rank.marks.get("first") or rank.marks.get("first_retraction") or rank.marks.get("last_preemption")
+    if anchor is None:
+        return []
+    tags = _rank_of(rank)
+    scale = 100.0 if rank.framework == "vllm" else 1.0
+    samples = tuple(sorted(((float(u) / scale if u else None, queued, int(r), n)
+                            for (u, queued, r), n in rank.samples.items()), key=_sample_order))
+    summary = F.TrafficSummary(
+        evidence=F.Evidence(anchor[0], anchor[1]), rank=tags, role=F.RUNTIME_ROLE, framework=rank.framework,
+        lines=rank.lines,
+        first_time=rank.first_time, last_time=rank.last_time, samples=samples, peak_queue=rank.peak_queue,
+        throughput=(rank.low, rank.high), context_tokens=rank.context[0], context_requests=rank.context[1],
+        prompt_tokens=rank.prompt[0], prompt_requests=rank.prompt[1], retractions=rank.retracted,
+        retraction_events=rank.retract_events, retraction_tokens_max=rank.retract_tokens,
+        preemptions=rank.preemptions, series=tuple(tuple(p) for p in rank.series))
+    marks = [F.TrafficMark(evidence=F.Evidence(line, text), rank=tags, role=F.RUNTIME_ROLE, framework=rank.framework,
+                           mark=name, value=value,
+                           summary_line=anchor[0]) for name, (line, text, value) in rank.marks.items()]
+    return [summary, *marks]

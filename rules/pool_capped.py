@@ -1,0 +1,47 @@
+"""pool-capped (CD130)."""
+from __future__ import annotations
+
+from capdiag.engine import rule
+from capdiag.rules._common import finding, gib
+
+GIB = 1 << 30
+
+
+@rule("pool-capped", code="CD130", severity="info",
+      reads=("pool_cap", "breakdown:free?", "kv_pool:tokens?", "kv_pool:bytes_per_token?", "phase?"),
+      concludes=("finding:pool-capped",))
+def pool_capped(kb):
+    """What it checks: a setting, not the memory fraction, sizes the KV pool — SGLang's
+    `--max-total-tokens`, vLLM's `--kv-cache-memory` (`kv_cache_memory_bytes`) or
+    `--num-gpu-blocks-override`.
+
+    Why it matters: memory left free after start-up is then no sign that the fraction is too
+    low, and raising the fraction would change nothing: the cap decides. Advice that reads the
+    free memory as waste ("raise the fraction") is wrong for such a start-up; capdiag gives
+    none and says what caps the pool instead.
+
+    Example: `server_args=ServerArgs(…, max_total_tokens=20480, …)` with 60 GiB free at the end.
+
+    What to do: keep the cap if it is deliberate (a test, a shared GPU); otherwise remove it and
+    let the fraction size the pool — the free memory shown is about what the pool could grow by.
+    """
+    cap = kb.get("pool_cap")
+    if cap is None:
+        return
+    setting, value = cap.value["setting"], cap.value["value"]
+    free, tokens, per_token = kb.get("breakdown", "free"), kb.get("kv_pool", "tokens"), kb.get("kv_pool", "bytes_per_token")
+    gain = ""
+    premises = [cap]
+    if free is not None and free.known and per_token is not None and per_token.known and kb.value("phase") == "ready":
+        extra = int(free.value * GIB // per_token.value)
+        gain = (f" {gib(free.value)} GiB is free after start-up; without the cap the fraction would size the pool, "
+                f"up to about {extra:,} more tokens at {per_token.value:,} bytes each, less the headroom kept free.")
+        premises += [free, per_token]
+    if tokens is not None and tokens.known:
+        premises.append(tokens)
+    yield finding("pool-capped", premises,
+                  f"The KV pool is capped by {setting}={value}, not by memory{f' ({tokens.value:,} tokens)' if tokens is not None and tokens.known else ''}: "
+                  f"the memory fraction does not size it.{gain}",
+                  severity="info", title=f"The KV pool is capped by {setting}, not by memory",
+                  action=f"Keep {setting} if the cap is deliberate; remove it to let the memory fraction size the pool.",
+                  detail={"setting": setting, "value": value})
