@@ -1,3 +1,3 @@
-from capdiag.cli import run
+from capdiag.launcher import run
 
 run()

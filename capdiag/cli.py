@@ -12,7 +12,7 @@ from typing import Optional
 import attrs
 import click
 
-from capdiag import __version__, api, batch, ruledocs, terminal
+from capdiag import __version__, api, ruledocs, terminal
 from capdiag.analysis import read_log
 from capdiag.api import DEFAULT_FAIL_ON
 from capdiag.errors import InputError
@@ -172,6 +172,8 @@ def _explain_many(logs, fmt, output, inputs, trace, jobs):
         raise InputError("--trace follows one log; give just that one")
     if fmt not in MANY_FORMATS + ("text",):
         raise InputError(f"--format {fmt} is one report; for many logs use {', '.join(MANY_FORMATS)}")
+    from capdiag import batch  # worker processes: only for many logs
+
     items = list(batch.explain_many(logs, jobs=jobs, **inputs))
     _write(render_many(items, "table" if fmt == "text" else fmt), output)
     for item in items:

@@ -6,13 +6,15 @@ import csv
 import io
 import json
 from functools import lru_cache
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from capdiag import bars, timeseries
+from capdiag.cache import cache_dir
 from capdiag.printable import printable_data
 from capdiag.terminal import DEFAULT_WIDTH, for_terminal, wrap
+
+if TYPE_CHECKING:
+    import jinja2
 
 FORMATS = ("text", "markdown", "json", "html")
 MANY_FORMATS = ("table", "jsonl", "csv")  # one row or line per log: for many logs (text means table there)
@@ -51,10 +53,15 @@ def _autoescape(name: Any) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _env() -> jinja2.Environment:
+def _env() -> "jinja2.Environment":
+    # imported here, and templates compiled once into the user's cache: a JSON report needs neither
+    import jinja2
+
+    directory = cache_dir()
     env = jinja2.Environment(loader=jinja2.PackageLoader("capdiag", "templates"), autoescape=_autoescape,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
+                             undefined=jinja2.StrictUndefined,
+                             bytecode_cache=jinja2.FileSystemBytecodeCache(str(directory)) if directory else None)
     env.filters.update(num=_num, clip=_clip, md=_md, pct=_pct, line_anchor=bars.line_anchor)
     env.globals.update(text_bars=bars.text_bars, bar_cells=bars.bar_cells, html_view=bars.html_view,
                        sparkline=timeseries.sparkline, runtime_chart=timeseries.chart)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import attrs
 from lark import Lark, Transformer, UnexpectedInput
 
-from capdiag.resources import grammar_text
+from capdiag.parsing.lalr import lalr_parser
 
 
 MAX_DEPTH = 100  # bracket levels; real records nest 3 or 4 deep
@@ -170,7 +170,7 @@ def _hashable(k):
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(grammar_text("pyliteral.lark"), parser="lalr", maybe_placeholders=True)
+    return lalr_parser("pyliteral.lark", maybe_placeholders=True)
 
 
 def nesting_depth(text: str) -> int:

@@ -15,7 +15,7 @@ from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.errors import InputError
-from capdiag.resources import grammar_text
+from capdiag.parsing.lalr import lalr_parser
 from capdiag.side_input import read_bytes
 from capdiag.source import physical_lines
 
@@ -37,7 +37,7 @@ class _Cells(Transformer):
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(grammar_text("nvidia_smi.lark"), parser="lalr")
+    return lalr_parser("nvidia_smi.lark")
 
 
 _NOT_A_FIGURE = ("[n/a]", "n/a", "not supported", "[not supported]", "[unknown error]", "[gpu is lost]")

@@ -18,7 +18,7 @@ from capdiag.parsing.bounds import OutOfRange
 from capdiag.parsing.literal import MAX_DIGITS, parse_call_or_dict
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.prose import read_oom_message
-from capdiag.resources import grammar_text
+from capdiag.parsing.lalr import lalr_parser
 
 
 @attrs.frozen
@@ -274,7 +274,7 @@ class _Lines(Transformer):
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(grammar_text("sglang.lark"), parser="lalr", lexer="contextual")
+    return lalr_parser("sglang.lark", lexer="contextual")
 
 
 # The common prefix `[date time TAGS] `, read the way the grammar reads it. Lines that differ

@@ -11,7 +11,7 @@ from lark.exceptions import LarkError
 from capdiag import facts as F
 from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.vllm import rank_of
-from capdiag.resources import grammar_text
+from capdiag.parsing.lalr import lalr_parser
 
 _SG_TAG = re.compile(r"\b(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)\b")
 
@@ -73,7 +73,7 @@ class _Lines(Transformer):
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(grammar_text("traceback.lark"), parser="lalr", lexer="contextual")
+    return lalr_parser("traceback.lark", lexer="contextual")
 
 
 def parse_traceback_line(text: str) -> Optional[Parsed]:

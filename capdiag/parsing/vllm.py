@@ -12,7 +12,7 @@ from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict
 from capdiag.parsing.prose import name_numbers, read_oom_message, split_quantity
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
-from capdiag.resources import grammar_text
+from capdiag.parsing.lalr import lalr_parser
 from capdiag.source import open_brackets
 
 # `(Worker_DP1_PP0_TP1_EP1 pid=7)`, `(VllmWorker TP0 pid=7)`, `(VllmWorker PP0_TP1 pid=7)`
@@ -284,7 +284,7 @@ class _Lines(Transformer):
 
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    return Lark(grammar_text("vllm.lark"), parser="lalr", lexer="contextual")
+    return lalr_parser("vllm.lark", lexer="contextual")
 
 
 def parse_vllm_line(text: str) -> list[Parsed]:
