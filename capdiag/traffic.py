@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from operator import itemgetter
 from typing import Optional
 
 from capdiag import facts as F
@@ -50,14 +51,15 @@ _VLLM = re.compile(
     rb"Running: (\d+) reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): (\d+) reqs(?:, GPU KV cache usage: ([\d.]+)%)?")
 _ENGINE = re.compile(rb"Engine (\d+): $")
 # Python's regular expressions cost about a character matched, so the fast reading of a block
-# takes each figure by a short pattern of its own, in line order, and checks that every line gave
-# one of each (else the block is read line by line with the full patterns above).
-_S_RUNNING = re.compile(rb"#running-req: (\d+)")
-_S_USAGE = re.compile(rb"token usage: ([\d.]+)")
-_S_QUEUE = re.compile(rb"#queue-req: (\d+)")
-_S_GEN = re.compile(rb"gen throughput \(token/s\): ([\d.]+)")
-_S_DECODE = re.compile(rb"Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+)")
-_S_PREFILL = re.compile(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
+# takes only the runs of figures that stand together (the start of a decode line, its end, a
+# prefill line up to its queue) and checks that every line gave them (else the block is read
+# line by line with the full patterns above).
+_S_DECODE = re.compile(rb"Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+), "
+                       rb"(?:full )?token usage: ([\d.]+)")
+_S_DECODE_TAIL = re.compile(rb"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)")
+_S_PREFILL = re.compile(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), "
+                        rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: ([\d.]+), (?:mamba usage: [\d.]+, )?"
+                        rb"#running-req: (\d+), #queue-req: (\d+)")
 _S_HEAD = re.compile(_SGL_HEAD)
 # SGLang names every scheduler's lines the same way (no tags with one GPU, ` TP0` with TP only, and
 # ` DP1 TP0`, ` PP1 TP0`… otherwise), and only attention-TP rank 0 prints traffic: lines without
@@ -72,6 +74,7 @@ _VLLM_TIME = re.compile(rb"(?:(\d{4}-)?(\d\d-\d\d) )?(\d\d:\d\d:\d\d)")
 _PREEMPT = re.compile(rb"is preempted by PreemptionMode\.\w+ mode[^\n]*?total_num_cumulative_preemption=(\d+)")
 _TAG = re.compile(r"([A-Z_]+?)(\d+)")
 _NOT_QUEUED = b"0".__ne__
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def _line_at(block: bytes, pos: int) -> tuple[int, int]:
@@ -261,29 +264,34 @@ class TrafficAggregator:
             self._sglang_rows(first, block)
 
     def _sglang_fast(self, first: int, block: bytes, tags: bytes) -> bool:
-        """One scheduler's lines, figure by figure; False when the figures do not pair up line by
-        line (a hybrid pool prints two usages)."""
+        """One scheduler's lines, a few contiguous figures at a time; False when some line did not
+        give them (a hybrid pool prints two usages: the line-by-line reading takes the fuller)."""
+        if b"swa token usage" in block:
+            return False
         runs = []
         for start, stop in _ranges(block, SERIES_PER_BLOCK):
-            running = _S_RUNNING.findall(block, start, stop)
-            usage = _S_USAGE.findall(block, start, stop)
-            queue = _S_QUEUE.findall(block, start, stop)
-            if not len(running) == len(usage) == len(queue):
+            decode = _S_DECODE.findall(block, start, stop)  # (running, tokens, usage)
+            tail = _S_DECODE_TAIL.findall(block, start, stop)  # (throughput, queue)
+            prefill = _S_PREFILL.findall(block, start, stop)  # (new, new tokens, cached, usage, running, queue)
+            if len(decode) != len(tail):
                 return False
-            if running:
-                runs.append((start, stop, usage, queue, running))
+            if decode or prefill:
+                runs.append((start, stop, decode, tail, prefill))
+        if sum(len(r[2]) for r in runs) != block.count(b"Decode batch") or \
+                sum(len(r[4]) for r in runs) != block.count(b"Prefill batch"):
+            return False
         if not runs:
             return True
         rank = self._rank("sglang", tags)
-        for start, stop, usage, queue, running in runs:
-            rank.add(first, block, usage, queue, running, (_sgl_when(block, start, stop, True),
-                                                           _sgl_when(block, start, stop, False)))
-        rank.throughput([float(g) for g in _S_GEN.findall(block)])
-        decode, prefill = _S_DECODE.findall(block), _S_PREFILL.findall(block)
-        rank.context[0] += sum(int(t) for _, t in decode)
-        rank.context[1] += sum(int(r) for r, _ in decode)
-        rank.prompt[0] += sum(int(n) + int(c) for _, n, c in prefill)
-        rank.prompt[1] += sum(int(q) for q, _, _ in prefill)
+        for start, stop, decode, tail, prefill in runs:
+            rank.add(first, block, [d[2] for d in decode] + [p[3] for p in prefill],
+                     [t[1] for t in tail] + [p[5] for p in prefill], [d[0] for d in decode] + [p[4] for p in prefill],
+                     (_sgl_when(block, start, stop, True), _sgl_when(block, start, stop, False)))
+            rank.throughput(list(map(float, map(_FIRST, tail))))
+            rank.context[0] += sum(map(int, map(_SECOND, decode)))
+            rank.context[1] += sum(map(int, map(_FIRST, decode)))
+            rank.prompt[0] += sum(map(int, map(_SECOND, prefill))) + sum(map(int, map(_THIRD, prefill)))
+            rank.prompt[1] += sum(map(int, map(_FIRST, prefill)))
         return True
 
     def _sglang_rows(self, first: int, block: bytes) -> None:

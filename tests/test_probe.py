@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -168,6 +169,23 @@ def test_one_line_errors(serve, routes, message):
     url = serve(routes)
     with pytest.raises(InputError, match=re.escape(message)):
         analyse_probe(url)
+
+
+class _Slow(_Handler):
+    def do_GET(self):  # noqa: N802
+        time.sleep(1.5)
+        super().do_GET()
+
+
+def test_a_server_that_does_not_answer_in_time():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Slow,), {"routes": {}, "seen": []}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(InputError, match="no answer within 0.3 s"):
+            analyse_probe(f"http://127.0.0.1:{server.server_address[1]}", timeout=0.3)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_refused_and_timeout_are_one_line(serve):

@@ -92,6 +92,9 @@ def test_text_and_html_show_the_section():
     assert "|▁▁▂▂|" in text  # the sparkline: 0.05, 0.07, 0.15, 0.16 of a full pool
     html = render(report, "html")
     assert 'class="runtime-chart"' in html and "<polyline" in html
+    markdown = render(report, "markdown")
+    assert "## Run time (the server's own traffic lines)" in markdown
+    assert "| TP0 | 4 | 16 % | 7 % | 16 % | 16 % | 0.0 % | 0.0 % | 48 / 48 | 31 | request limit | 1 |" in markdown
 
 
 # ---- the aggregator itself ----------------------------------------------------------------
