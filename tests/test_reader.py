@@ -1,0 +1,54 @@
+"""The block reader (physical_runs/physical_lines) against a reference line splitter: random
+logs, read-buffer sizes smaller and larger than the lines, streams that return short reads."""
+import io
+import random
+from unittest import mock
+
+from hypothesis import given, settings, strategies as st
+
+from capdiag import source
+from capdiag.source import line_text, physical_lines
+
+MAX_LINE = 48  # small, so that lines longer than it (and than the buffer) are common
+
+
+class ShortReads(io.RawIOBase):
+    """A stream whose every read returns between 1 byte and the size asked, as a pipe may."""
+
+    def __init__(self, data: bytes, seed: int):
+        self.data, self.at, self.random = data, 0, random.Random(seed)
+
+    def readable(self):
+        return True
+
+    def read(self, size=-1):
+        size = len(self.data) - self.at if size is None or size < 0 else size
+        n = min(size, len(self.data) - self.at, self.random.randint(1, max(1, size)))
+        piece = self.data[self.at:self.at + n]
+        self.at += n
+        return piece
+
+
+def reference(data: bytes) -> list[tuple[int, str]]:
+    """Split on "\n" only; a line is kept up to MAX_LINE bytes; no line after a final "\n"."""
+    lines = data.split(b"\n")
+    if data.endswith(b"\n") or not data:
+        lines.pop()
+    return [(number, line_text(line[:MAX_LINE])) for number, line in enumerate(lines, 1)]
+
+
+_LINE = st.one_of(
+    st.text(alphabet="abc xyz:=,[]()\r\x1b\u00e9\u4e2d", max_size=12),  # short, with CR, ANSI and non-ASCII
+    st.integers(MAX_LINE - 2, 4 * MAX_LINE).map(lambda n: "L" * n),  # around and beyond MAX_LINE
+    st.just("[2026-03-02 09:14:19] KV Cache is allocated. #tokens: 415615"),
+)
+_LOG = st.tuples(st.lists(_LINE, max_size=30), st.booleans()).map(
+    lambda t: ("\n".join(t[0]) + ("\n" if t[1] and t[0] else "")).encode())
+
+
+@settings(max_examples=400, deadline=None)
+@given(_LOG, st.sampled_from([1, 2, 3, 7, 16, 47, 48, 49, 100, 1 << 16]), st.booleans(), st.integers(0, 2 ** 16))
+def test_the_reader_splits_as_the_reference_whatever_the_buffer_and_reads(data, chunk, short, seed):
+    stream = ShortReads(data, seed) if short else io.BytesIO(data)
+    with mock.patch.object(source, "CHUNK", chunk), mock.patch.object(source, "MAX_LINE", MAX_LINE):
+        assert list(physical_lines(stream)) == reference(data)
