@@ -487,3 +487,17 @@ def test_pre_commit_hook_runs_check_policy_on_policy_files():
         assert re.search(files, name), name
     for name in ("pyproject.toml", "capdiag.toml.bak", "docs/other.toml"):
         assert not re.search(files, name), name
+
+
+def test_explain_reports_show_the_rules_that_could_not_judge(monkeypatch, capsys):
+    from capdiag.analysis import analyse
+    from capdiag.report import build
+    n = len(build(analyse(WEIGHTS_ONLY))["not_judged"])
+    assert n >= 3  # thin-headroom, low-concurrency, context-exceeds-kv at least
+    for fmt, heading, line in (("text", f"NOT JUDGED ({n}: these rules could not judge this log",
+                                "CD110 thin-headroom: needs the memory free at the end of start-up"),
+                               ("markdown", f"## Not judged ({n})", "- CD110 `thin-headroom` — needs the memory free"),
+                               ("html", f"<h3>Not judged ({n})</h3>",
+                                '<span class="code">CD110</span> <code>thin-headroom</code> — needs the memory free')):
+        code, out, _ = run_entry(monkeypatch, capsys, "explain", WEIGHTS_ONLY, "--format", fmt, "--color", "never")
+        assert code == 0 and heading in out and line in out, fmt
