@@ -373,31 +373,40 @@ def trace_rows(firings, rules=(), kb: Optional[Knowledge] = None, wanted: tuple[
         if r.name in judged or kb is None:
             continue
         said = kb.get("not_judged", r.name)
-        needs = [said.value.reason.removeprefix("needs ")] if said is not None else unmet_needs(r, kb)
+        options = kb.first(F.Options, role=None)
+        if r.frameworks and options is not None and options.framework not in r.frameworks:
+            needs = [f"applies to {' and '.join(r.frameworks)} logs only"]
+        else:
+            needs = [said.value.reason] if said is not None else unmet_needs(r, kb)
         rows.append({"n": None, "rule": r.name, "needs": needs, "declared": bool(r.reads) or said is not None})
     return rows
 
 
 def rule_wanted(r: Rule, wanted: tuple[str, ...]) -> bool:
     """Whether a rule matches one of `wanted`: its name, its code, or a shell pattern (`breakdown.*`)."""
-    return not wanted or any(fnmatch.fnmatch(r.name, w.lower()) or (r.code or "").lower() == w.lower()
+    return not wanted or any(fnmatch.fnmatch(r.name, w.lower()) or fnmatch.fnmatch((r.code or "").lower(), w.lower())
                              for w in wanted)
 
 
 def unmet_needs(r: Rule, kb: Knowledge) -> list[str]:
-    """What a rule that did not fire declares it reads and the knowledge does not hold."""
-    missing = []
+    """Why a rule that did not fire had nothing to judge, from what it declares it reads: the
+    conclusions it needs that are missing or unknown, and — when the log holds none of the line
+    kinds it reads — those kinds. Empty when everything it reads is there."""
+    missing, kinds = [], []
     for read in r.reads:
-        if isinstance(read, str) and read.endswith("?"):
-            continue
         if isinstance(read, type):
-            if not kb.of(read, role=None):
-                missing.append(f"a {read.__name__} line")
+            kinds.append(read)
+            continue
+        if read.endswith("?"):
             continue
         topic, _, key = read.partition(":")
         found = [d for d in kb.topic(topic) if not key or str(d.key) == key]
         if not found:
-            missing.append(read.replace(":", "."))
+            missing.append("needs " + read.replace(":", "."))
         elif not any(d.known for d in found):
-            missing.append(f"{read.replace(':', '.')} (unknown: {_reason(found[0])})")
+            missing.append(f"needs {read.replace(':', '.')} (unknown: {_reason(found[0])})")
+    if kinds and not any(kb.of(kind, role=None) for kind in kinds):
+        names = [k.__name__ for k in kinds]
+        missing.append("no " + (", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0])
+                       + " line in the log")
     return missing

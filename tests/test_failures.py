@@ -220,3 +220,26 @@ def test_held_memory_is_never_above_the_gpu_total(log: Path):
     for r in rep["ranks"]:
         held = sum(s["gib"] for s in r["segments"] if s["category"] != "free" and s["gib"] is not None)
         assert held <= total + 0.05, f"{log.name}: {r['label']} holds {held} GiB of {total}"
+
+
+@pytest.mark.parametrize("fmt,config_heading", [("text", "SERVING CONFIGURATION"), ("markdown", "## Serving configuration"),
+                                                ("html", 'id="config"')])
+def test_the_failure_summary_opens_every_format(fmt, config_heading):
+    from capdiag.render import render
+    rep = corpus_report(str(CASES / "parallel-size-does-not-divide.log"))
+    assert rep["summary"]["outcome"] == "failed" and rep["summary"]["line"]["line"] == 18
+    out = render(rep, fmt)
+    flat = " ".join(out.split())  # the text report wraps long lines
+    heading = " ".join(config_heading.split())
+    title = "parallel size does not divide the model" + ("&#39;s" if fmt == "html" else "'s")
+    for needle in (title, "151936 is not divisible by 5", "Choose a tensor-parallel size"):
+        assert flat.index(needle) < flat.index(heading), needle
+    if fmt == "text":
+        assert out.splitlines().index(next(l for l in out.splitlines() if "START-UP FAILED" in l)) < 6
+
+
+def test_a_ready_start_up_opens_with_its_headline_findings():
+    from capdiag.render import render
+    rep = corpus_report(str(Path(__file__).resolve().parents[1] / "capdiag" / "examples" / "sglang-llama31-8b-h100.log"))
+    assert rep["summary"]["outcome"] == "ready" and rep["summary"]["title"] is None
+    assert "START-UP" not in render(rep, "text")

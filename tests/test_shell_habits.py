@@ -169,3 +169,12 @@ def test_trace_shows_a_finding_by_severity_and_title(monkeypatch, capsys):
 def test_trace_of_an_unknown_rule_is_one_line(monkeypatch, capsys):
     code, _, err = run_entry(monkeypatch, capsys, "explain", LOG, "--trace", "no-such-rule")
     assert code == 2 and err.startswith("capdiag: error: --trace no-such-rule:") and len(err.splitlines()) == 1
+
+
+def test_trace_patterns_match_codes_and_say_why_a_rule_had_nothing_to_judge(monkeypatch, capsys):
+    code, _, err = run_entry(monkeypatch, capsys, "explain", LOG, "--format", "json", "--trace", "CD10*")
+    assert code == 0
+    assert re.search(r"^-- utilization-too-high did not fire: applies to vllm logs only$", err, re.M)
+    assert "excess-headroom" not in err  # CD111 is not CD10*
+    code, _, err = run_entry(monkeypatch, capsys, "explain", LOG, "--format", "json", "--trace", "CD102")
+    assert "-- out-of-memory did not fire: " in err
