@@ -278,13 +278,26 @@ def timed(cmd, *, shell: bool = False, stdout=subprocess.DEVNULL) -> tuple[float
     """Wall seconds and CPU seconds (user + system, of the command and, for a shell pipeline,
     every process in it). CPU time does not grow when other work shares the machine."""
     c0, t0 = _children_cpu(), time.perf_counter()
-    subprocess.run(cmd, shell=shell, check=True, stdout=stdout)
+    code = subprocess.run(cmd, shell=shell, stdout=stdout).returncode
+    if code not in (0, 1):  # grep and rg: 1 is "no line matched"
+        raise subprocess.CalledProcessError(code, cmd)
     return time.perf_counter() - t0, _children_cpu() - c0
 
 
-def run_capdiag(capdiag: str, target: Path, out_json: Path, time_file: Path) -> tuple[float, float, dict]:
-    """Wall seconds, peak RSS (MiB), and CPU seconds, for `capdiag explain`."""
-    cmd = [capdiag, "explain", "--format", "json", str(target)]
+# The 9 phrases a user would grep a start-up for (case as the servers print them).
+PHRASES = ("Load weight", "KV Cache is allocated", "Memory pool end", "max_total_num_tokens", "Capture cuda graph",
+           "server_args", "out of memory", "Traceback", "ready to roll")
+# capdiag without the `fast` extra, in the same venv: the search falls back to ahocorasick-rs
+FALLBACK = "import capdiag.source as s; s._hyperscan = lambda: None; from capdiag.cli import run; run()"
+
+
+def has_hyperscan(python: str) -> bool:
+    return subprocess.run([python, "-c", "import hyperscan"], capture_output=True, cwd=tempfile.gettempdir()).returncode == 0
+
+
+def run_capdiag(argv: list[str], target: Path, out_json: Path, time_file: Path) -> tuple[float, float, dict]:
+    """Wall seconds, peak RSS (MiB), and CPU seconds, for `argv` (a capdiag explain command) on target."""
+    cmd = argv + [str(target)]
     gnu_time = shutil.which("time", path="/usr/bin") if os.path.exists("/usr/bin/time") else None
     if gnu_time:
         cmd = [gnu_time, "-v", "-o", str(time_file)] + cmd
@@ -367,20 +380,43 @@ def _measure(args, targets, expect: dict, framework: str, pattern: str) -> list[
         q = shlex.quote(str(target))
         grep_out = out / f"{target.name}.grep.txt"
         grep = f"grep -c -i -E -e {shlex.quote(pattern)}"
+        phrases = "|".join(PHRASES)
         best = None
+        explain = [args.capdiag, "explain", "--format", "json"]
+        variants = {"capdiag": explain, "noruntime": explain + ["--no-runtime"]}
+        if args.fallback:
+            variants["fallback"] = [args.python, "-c", FALLBACK, "explain", "--format", "json"]
+        if args.reference:
+            variants["reference"] = [args.reference, "explain", "--format", "json"]
         for _ in range(args.repeat):
+            trial = {}
             if is_gz:
-                cat_s, cat_cpu = timed(f"zcat {q} > /dev/null", shell=True)
-                grep_s, grep_cpu = timed(f"zcat {q} | {grep} > {shlex.quote(str(grep_out))}", shell=True)
+                trial["cat_s"], trial["cat_cpu_s"] = timed(f"zcat {q} > /dev/null", shell=True)
+                trial["grep_s"], trial["grep_cpu_s"] = timed(f"zcat {q} | {grep} > {shlex.quote(str(grep_out))}", shell=True)
+                trial["grep9_s"], trial["grep9_cpu_s"] = timed(
+                    f"zcat {q} | grep -c -E {shlex.quote(phrases)} > {shlex.quote(str(out / 'grep9.txt'))}", shell=True)
             else:
-                cat_s, cat_cpu = timed(["cat", str(target)])
+                trial["cat_s"], trial["cat_cpu_s"] = timed(["cat", str(target)])
                 with open(grep_out, "wb") as fh:
-                    grep_s, grep_cpu = timed(["grep", "-c", "-i", "-E", "-e", pattern, str(target)], stdout=fh)
-            out_json = out / f"{target.name}.capdiag.json"
-            cap_s, rss, extra = run_capdiag(args.capdiag, target, out_json, out / f"{target.name}.time.txt")
-            trial = dict(cat_s=cat_s, cat_cpu_s=cat_cpu, grep_s=grep_s, grep_cpu_s=grep_cpu, capdiag_s=cap_s,
-                         rss_mib=rss, **extra)
+                    trial["grep_s"], trial["grep_cpu_s"] = timed(["grep", "-c", "-i", "-E", "-e", pattern, str(target)], stdout=fh)
+                with open(out / f"{target.name}.grep9.txt", "wb") as fh:  # into /dev/null grep stops at a match
+                    trial["grep9_s"], trial["grep9_cpu_s"] = timed(["grep", "-c", "-E", phrases, str(target)], stdout=fh)
+            if shutil.which("rg"):
+                with open(out / f"{target.name}.rg.txt", "wb") as fh:
+                    trial["rg_s"], trial["rg_cpu_s"] = timed(["rg", "-c"] + (["-z"] if is_gz else []) +
+                                                             ["-e", phrases, str(target)], stdout=fh)
+            if os.environ.get("PEER_ANALYZER"):
+                trial["peer_s"], trial["peer_cpu_s"] = timed(shlex.split(os.environ["PEER_ANALYZER"]) + [str(target)])
+            for name, argv in variants.items():
+                out_json = out / f"{target.name}.{name}.json"
+                wall, rss, extra = run_capdiag(argv, target, out_json, out / f"{target.name}.time.txt")
+                trial.update({f"{name}_s": wall, f"{name}_rss_mib": rss, f"{name}_cpu_s": extra["capdiag_cpu_s"]})
+            trial["rss_mib"] = trial["capdiag_rss_mib"]
             best = trial if best is None or trial["capdiag_s"] < best["capdiag_s"] else best
+        out_json = out / f"{target.name}.capdiag.json"
+        # the same report, byte for byte, with the fast extra and without it, and from the reference build
+        identical = {name: (out / f"{target.name}.{name}.json").read_bytes() == out_json.read_bytes()
+                     for name in variants if name in ("fallback", "reference")}
         report = json.loads(out_json.read_text(encoding="utf-8"))
         problems = check_report(report, expect)
         row = dict(file=target.name, framework=framework, gz=is_gz, bytes=expect["bytes"],
@@ -388,7 +424,11 @@ def _measure(args, targets, expect: dict, framework: str, pattern: str) -> list[
                    grep_matches=int(grep_out.read_text().strip() or 0), **best,
                    ratio=best["capdiag_s"] / best["grep_s"], mib_s=expect["bytes"] / MiB / best["capdiag_s"],
                    cpu_ratio=best["capdiag_cpu_s"] / max(best["grep_cpu_s"], 1e-3),
-                   report_ok=not problems, problems=problems,
+                   ratio9=best["capdiag_s"] / best["grep9_s"], noruntime_ratio9=best["noruntime_s"] / best["grep9_s"],
+                   fallback_ratio9=best["fallback_s"] / best["grep9_s"] if "fallback_s" in best else None,
+                   identical=identical,
+                   report_ok=not problems and all(identical.values()), problems=problems + [
+                       f"the {name} report differs" for name, same in identical.items() if not same],
                    reported={"lines": report["source"]["lines"], "launches": report["source"]["launches"],
                              "analyzed_launch": report["source"]["analyzed_launch"],
                              "max_total_num_tokens": report["observed"].get("max_total_num_tokens"),
@@ -420,18 +460,24 @@ def profile(args, framework: str, size_mib: int) -> Path:
     return result
 
 
-def table(rows: list[dict]) -> str:
-    head = ("| file | size MiB | lines | cat s | grep s | capdiag s | capdiag/grep | capdiag MiB/s "
-            "| grep CPU s | capdiag CPU s | CPU ratio | peak RSS MiB | report |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
-    def num(x: float) -> str:  # three significant figures, at least whole numbers
-        return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+def num(x) -> str:  # three significant figures, at least whole numbers; — when not measured
+    return "—" if x is None else f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
+
+def table(rows: list[dict]) -> str:
+    """Every comparison side by side: wall seconds, then capdiag's multiples of `grep -c -E`
+    with the 9 phrases (the issue's yardstick) and of grep with capdiag's own keyword list."""
+    head = ("| file | size MiB | cat | grep -E 9 | rg 9 | grep -i keywords | peer | capdiag | --no-runtime "
+            "| no hyperscan | ×grep9 | ×grep9 no-runtime | ×grep9 no hyperscan | ×grep keywords | CPU ×grep keywords "
+            "| peak RSS MiB | report |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     body = "".join(
         f"| {r['file']} | {num(r['size_mib'])}{' (gz ' + num(r['stored_mib']) + ')' if r['gz'] else ''} "
-        f"| {r['lines']:,} | {num(r['cat_s'])} | {num(r['grep_s'])} | {num(r['capdiag_s'])} | {num(r['ratio'])}x "
-        f"| {num(r['mib_s'])} | {num(r['grep_cpu_s'])} | {num(r['capdiag_cpu_s'])} | {num(r['cpu_ratio'])}x "
-        f"| {r['rss_mib']:.1f} | {'ok' if r['report_ok'] else 'WRONG'} |\n" for r in rows)
+        f"| {num(r['cat_s'])} | {num(r['grep9_s'])} | {num(r.get('rg_s'))} | {num(r['grep_s'])} | {num(r.get('peer_s'))} "
+        f"| {num(r['capdiag_s'])} | {num(r['noruntime_s'])} | {num(r.get('fallback_s'))} | {num(r['ratio9'])}x "
+        f"| {num(r['noruntime_ratio9'])}x | {num(r['fallback_ratio9'])}{'x' if r['fallback_ratio9'] else ''} "
+        f"| {num(r['ratio'])}x | {num(r['cpu_ratio'])}x | {r['rss_mib']:.1f} "
+        f"| {'ok' if r['report_ok'] else 'WRONG'}{' (identical: ' + ', '.join(r['identical']) + ')' if r['identical'] else ''} |\n"
+        for r in rows)
     return head + body
 
 
@@ -468,6 +514,8 @@ def main() -> int:
     p.add_argument("--capdiag", default=None, help="capdiag executable (default: next to --python)")
     p.add_argument("--profile", type=int, metavar="MIB", default=0,
                    help="also run cProfile on capdiag over a MIB-sized SGLang and vLLM file")
+    p.add_argument("--reference", metavar="CAPDIAG",
+                   help="another capdiag executable (e.g. main's) whose JSON report must be identical, byte for byte")
     p.add_argument("--generate-only", metavar="FILE", help="only write one log (framework from --frameworks) and exit")
     args = p.parse_args()
     sizes = args.size_mb if len(args.size_mb) == 2 else [args.size_mb[0], 4 * args.size_mb[0]]
@@ -489,6 +537,7 @@ def main() -> int:
     if free < need:
         p.error(f"{out}: {free / MiB:.0f} MiB free, the {max(sizes)} MiB run needs about {need / MiB:.0f} MiB")
 
+    args.fallback = has_hyperscan(args.python)  # else the default run is the fallback already
     pattern, nwords = keywords_regex(args.python)
     version = subprocess.run([args.capdiag, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"capdiag: {version}; {nwords} keywords → grep -c -i -E pattern of {len(pattern)} chars; "
@@ -504,8 +553,12 @@ def main() -> int:
     mem_text, mem_ok = memory_check(rows, sizes[0], sizes[1])
     all_ok = all(r["report_ok"] for r in rows)
     md = [f"## capdiag on large logs ({version}, {os.cpu_count()} CPUs, {dt.date.today()})", "",
-          "Times are wall-clock seconds; `capdiag/grep` is capdiag's time over `grep -c -i -E` with capdiag's "
-          "own keyword alternation on the same file; peak RSS is capdiag's (GNU time -v). For a .gz row, "
+          "Times are wall-clock seconds, every command on the same file in one run: `grep -E 9` is "
+          "`grep -c -E` with 9 phrases a user would type, `rg 9` the same with ripgrep, `grep -i keywords` "
+          "`grep -c -i -E` with capdiag's own keyword list, `peer` $PEER_ANALYZER; capdiag is `explain --format "
+          "json` (run-time section on), then with --no-runtime, then without hyperscan (the fallback, when the "
+          "fast extra is installed), and `report` says whether those reports are identical byte for byte; "
+          "peak RSS is capdiag's (GNU time -v). For a .gz row, "
           "`cat s` is `zcat FILE.gz > /dev/null` and `grep s` is `zcat FILE.gz | grep ...`; size is the "
           "uncompressed size (the .gz file's in brackets). CPU s is user + system time of the command "
           "(both processes of a pipeline); it does not grow when other work shares the machine, so the CPU "

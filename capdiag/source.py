@@ -23,6 +23,7 @@ import stat
 import sys
 import time
 import zlib
+from functools import lru_cache
 from typing import IO, Iterable, Iterator, Union
 
 import ahocorasick_rs
@@ -84,6 +85,33 @@ ANCHORS = anchors(KEYWORDS)
 _SCANNER = ahocorasick_rs.BytesAhoCorasick(sorted({k.lower().encode() for k in KEYWORDS}))
 _ANCHOR_SCANNER = ahocorasick_rs.BytesAhoCorasick([a.encode() for a in ANCHORS],
                                                   matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+FAST_FROM = 1 << 16  # a block this long is searched with hyperscan, when it is installed
+
+
+@lru_cache(maxsize=1)
+def _hyperscan():
+    """The whole keyword list compiled by hyperscan (the `fast` extra; Vectorscan ignores case
+    itself, so no lowered copy of the block is made), or None when it is not installed."""
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    patterns = sorted({k.lower() for k in KEYWORDS})
+    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    database.compile(expressions=[re.escape(p).encode() for p in patterns],
+                     flags=[hyperscan.HS_FLAG_CASELESS] * len(patterns))
+    return database
+
+
+def _keyword_offsets(scan: bytes) -> list[int]:
+    """Ascending offsets, each inside a match of a keyword (or an anchor) in the block; both
+    paths find the same lines, so the report never depends on which ran."""
+    database = _hyperscan() if len(scan) >= FAST_FROM else None
+    if database is None:
+        return [start for _, start, _ in _ANCHOR_SCANNER.find_matches_as_indexes(scan.lower())]
+    ends: list[int] = []
+    database.scan(scan, match_event_handler=lambda _id, _start, end, _flags, _context: ends.append(end - 1))
+    return sorted(ends)
 BATCH = 4096  # lines put in one block when they come one by one
 
 # (never across a newline: the prefilter strips it from a block of lines)
@@ -481,7 +509,7 @@ def _hit_starts(block: bytes) -> list[int]:
     if b"\x00" in scan:
         scan = scan.replace(b"\x00", b"")
     # non-overlapping matches miss none of the lines that hold one: no keyword spans a newline
-    found = [start for _, start, _ in _ANCHOR_SCANNER.find_matches_as_indexes(scan.lower())]
+    found = _keyword_offsets(scan)
     if scan is block:
         return sorted({block.rfind(b"\n", 0, at) + 1 for at in found})
     # the removals moved the offsets but kept the newlines: go by line index instead

@@ -19,8 +19,8 @@ def gib(value: float) -> float:
 
 
 def line_ref(fact: F.Fact) -> str:
-    if fact.evidence.line == F.INPUT_LINE:
-        return "input"
+    if fact.evidence.line == F.INPUT_LINE:  # the command line, the references, or an endpoint
+        return "input" if fact.evidence.source in ("input", "log", "references") else fact.evidence.source
     return f"line {fact.evidence.line}" if fact.evidence.source == "log" else \
         f"{fact.evidence.source} line {fact.evidence.line}"
 

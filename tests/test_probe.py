@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from capdiag.cli import main
 from capdiag.errors import InputError
 from capdiag.probe import analyse_probe
+from capdiag.render import render
 from capdiag.report import build
 
 CASES = Path(__file__).resolve().parent / "endpoint_cases"
@@ -83,6 +84,8 @@ def test_sglang_new_endpoints(serve):
     assert [r["rank"] for r in rt["ranks"]] == ["DP0", "DP1"]
     assert rt["kv_usage"]["peak"] == 0.96 and rt["queued_requests"]["queued_at_request_limit"] == 1
     assert {f["name"] for f in report["findings"]} >= {"request-limit-binds-traffic"}
+    for fmt in ("text", "markdown", "html"):
+        assert "traffic lines" in render(report, fmt)
     finding = next(f for f in report["findings"] if f["name"] == "request-limit-binds-traffic")
     assert any(e["where"] == "GET /v1/loads" for e in finding["evidence"])
 
@@ -98,6 +101,7 @@ def test_sglang_old_endpoints_fall_back(serve):
     assert rt["running_requests"]["peak"] == 5 and rt["queued_requests"]["peak"] == 2
     assert rt["kv_usage"]["peak"] == round(417725 / 435130, 4)
     assert report["source"]["lines"] == 2  # endpoints that answered
+    assert "RUN TIME" in render(report, "text")
 
 
 def test_sglang_graph_memory_per_kind(serve):
@@ -123,7 +127,10 @@ def test_vllm_metrics_of_two_versions(serve, version, usage_name, preemptions):
     assert rt["preemptions"] == (preemptions or None) or rt["preemptions"] == preemptions
     summary = next(e for f in report["findings"] for e in f["evidence"]) if report["findings"] else None
     assert usage_name in json.dumps(report)
+    for fmt in ("text", "markdown", "html"):
+        assert "Run time" in render(report, fmt) or "RUN TIME" in render(report, fmt)
     if version == "0101":
+        assert "preemptions   118 (vLLM's running total, GET /metrics)" in render(report, "text")
         assert rt["kv_usage"]["peak"] == 0.987
         names = {f["name"] for f in report["findings"]}
         assert {"kv-capacity-binds", "kv-retractions"} <= names

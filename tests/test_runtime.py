@@ -208,3 +208,10 @@ def test_every_documented_wording_is_summed():
         summary = next((f for f in sink.facts() if isinstance(f, F.TrafficSummary)), None)
         assert summary is not None, example.text
         assert summary.lines == 1 or summary.retractions or summary.preemptions, example.text
+
+
+@pytest.mark.parametrize("log", LOGS, ids=lambda p: p.stem)
+def test_every_case_renders_in_every_format(log):
+    report = build(analyse(str(log)))
+    for fmt in ("text", "markdown", "html"):
+        assert "traffic lines" in render(report, fmt)

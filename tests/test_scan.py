@@ -1,10 +1,13 @@
 """The keyword pass over raw blocks: the anchors it searches for instead of the whole keyword
 list, and that the lines it lets through are exactly those the whole list would."""
+from pathlib import Path
 from unittest import mock
 
 import ahocorasick_rs
+import pytest
 from hypothesis import given, settings, strategies as st
 
+import capdiag
 from capdiag import source
 from capdiag.source import ANCHORS, KEYWORDS, MAX_ANCHORS, anchors, candidate_runs
 
@@ -33,9 +36,11 @@ _WHOLE_LIST = ahocorasick_rs.BytesAhoCorasick(sorted({k.lower().encode() for k i
 _LOGS = st.lists(st.lists(_PIECES, max_size=5).map("".join), max_size=40).map(lambda ls: "\n".join(ls).encode())
 
 
-@settings(max_examples=300, deadline=None)
-@given(_LOGS, st.integers(1, 7))
-def test_anchors_let_through_exactly_the_lines_the_whole_list_does(log, blocks):
+EXAMPLE = Path(__file__).resolve().parent.parent / "capdiag" / "examples" / "sglang-llama31-8b-h100.log"
+
+
+def _runs_of(log: bytes, blocks: int) -> list[tuple[int, bytes]]:
+    """The log in about `blocks` blocks of whole lines, numbered, as physical_runs gives them."""
     step = max(1, len(log) // blocks)
     runs = []
     at, number = 0, 1
@@ -45,6 +50,40 @@ def test_anchors_let_through_exactly_the_lines_the_whole_list_does(log, blocks):
         runs.append((number, log[at:end]))
         number += log.count(b"\n", at, end)
         at = end
+    return runs
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LOGS, st.integers(1, 7))
+def test_anchors_let_through_exactly_the_lines_the_whole_list_does(log, blocks):
+    runs = _runs_of(log, blocks)
     with_anchors = list(candidate_runs(runs))
     with mock.patch.object(source, "_ANCHOR_SCANNER", _WHOLE_LIST):
         assert with_anchors == list(candidate_runs(runs))
+
+
+def _hyperscan_or_skip():
+    pytest.importorskip("hyperscan", reason="the `fast` extra (hyperscan) is not installed")
+    assert source._hyperscan() is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LOGS, st.integers(1, 7))
+def test_hyperscan_lets_through_the_same_lines_as_the_fallback(log, blocks):
+    _hyperscan_or_skip()
+    runs = _runs_of(log, blocks)
+    with mock.patch.object(source, "FAST_FROM", 0):
+        fast = list(candidate_runs(runs))
+    with mock.patch.object(source, "_hyperscan", lambda: None):
+        assert fast == list(candidate_runs(runs))
+
+
+def test_the_report_is_the_same_byte_for_byte_with_and_without_hyperscan(tmp_path):
+    _hyperscan_or_skip()
+    traffic = "[2026-03-02 09:20:01] Decode batch, #running-req: 3, #token: 1200, token usage: 0.01, gen throughput (token/s): 90.1\n"
+    log = tmp_path / "big.log"
+    log.write_text(EXAMPLE.read_text() + traffic * 5000 + EXAMPLE.read_text())
+    with mock.patch.object(source, "FAST_FROM", 0):
+        fast = capdiag.explain(log).render("json")
+    with mock.patch.object(source, "_hyperscan", lambda: None):
+        assert fast == capdiag.explain(log).render("json")
