@@ -7,6 +7,7 @@ several share 81559 or 143771 MiB.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Optional
 
 from capdiag import facts as F
@@ -23,20 +24,34 @@ def _norm(name: str) -> str:
     return " ".join(name.replace("_", " ").replace("-", " ").lower().split())
 
 
-def find_gpu(alias: str) -> dict[str, Any]:
-    """The entry an alias or device name names; a short alias (`gb10`) names the one entry whose
-    alias begins with it, and an InputError lists the entries when it could be several (`h100`)."""
-    wanted = _norm(alias)
-    for entry in gpu_specs():
-        if wanted in [_norm(entry["alias"])] + [_norm(n) for n in entry["names"]]:
-            return entry
-    prefixed = [e for e in gpu_specs() if _norm(e["alias"]).startswith(wanted + " ")]
-    if len(prefixed) == 1:
-        return prefixed[0]
-    if prefixed:
-        raise InputError(f"--gpu {alias}: ambiguous, one of {', '.join(e['alias'] for e in prefixed)}")
-    known = ", ".join(e["alias"] for e in gpu_specs())
-    raise InputError(f"--gpu {alias}: not in references/gpu-specs.json (known: {known})")
+def _key(name: str) -> str:
+    """A spelling with case, blanks, dashes and underscores ignored (`H100-SXM5` → `h100sxm5`)."""
+    return re.sub(r"[\s_\-]+", "", name.lower())
+
+
+def _least_total(entry: dict[str, Any]) -> Optional[int]:
+    return min(entry.get("observed_total_mib") or [0]) or None
+
+
+def find_gpus(alias: str) -> list[dict[str, Any]]:
+    """The entries a `--gpu` spelling names: the alias, a device name, or a spelling people type
+    (`h100-sxm5`, `rtx3090`, `3090`, `b200-180gb`); a short alias (`gb10`) names the one entry
+    whose alias begins with it. A spelling that names several entries (`h100`: SXM or PCIe)
+    gives them all when they report the same total, so the total is still known; otherwise an
+    InputError says what it could be and asks."""
+    wanted = _key(alias)
+    found = [e for e in gpu_specs() if wanted == _key(e["alias"])
+             or wanted in [_key(n) for n in e["names"]]]
+    found = found or [e for e in gpu_specs() if wanted in [_key(s) for s in e.get("spellings", ())]]
+    found = found or [e for e in gpu_specs() if _norm(e["alias"]).startswith(_norm(alias) + " ")]
+    if not found:
+        known = ", ".join(e["alias"] for e in gpu_specs())
+        raise InputError(f"--gpu {alias}: not in references/gpu-specs.json (known: {known})")
+    totals = {_least_total(e) for e in found}
+    if len(found) > 1 and (len(totals) > 1 or None in totals):
+        could = ", ".join(f"{e['alias']} ({_least_total(e) or 'no measured'} MiB)" for e in found)
+        raise InputError(f"--gpu {alias}: could be {could}, whose totals differ: name one of them")
+    return found
 
 
 def match_name(name: str) -> list[dict[str, Any]]:
@@ -74,7 +89,7 @@ def gpu_input_facts(alias: Optional[str], total_gib: Optional[float], names: Ite
         out.append(F.GpuTotal(evidence=F.Evidence(F.INPUT_LINE, f"--gpu-total-gib {total_gib}", 0, "input"),
                               gib=total_gib))
     if alias is not None:
-        out.append(spec_fact(find_gpu(alias), f"--gpu {alias}"))
+        out.extend(spec_fact(entry, f"--gpu {alias}") for entry in find_gpus(alias))
     seen: set[tuple[str, str]] = set()
     for name, where in names:
         for entry in match_name(name):

@@ -48,6 +48,8 @@ _SIMPLE = (
     (F.VllmMemoryProfile, "values.weights_gib", "model_loading_gib"),
     (F.VllmAvailableKV, "gib", "available_kv_cache_gib"),
     (F.VllmMemoryProfile, "values.kv_cache_gib", "available_kv_cache_gib"),
+    (F.VllmCpuKVSpace, "kv_gib", "available_kv_cache_gib"),
+    (F.VllmCpuKVSpace, "node_total_gib", "cpu_node_memory_gib"),
     (F.VllmKVCacheSize, "tokens", "kv_cache_tokens"),
     (F.VllmStartupError, "kv_tokens", "kv_cache_tokens"),
     (F.VllmMaxConcurrency, "tokens", "max_concurrency_tokens"),

@@ -49,7 +49,7 @@ KEYWORDS = (
     "Graph capturing finished", "graph pool memory", "Estimated CUDA graph memory", "graph memory profiling is",
     "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len", "serve at least one request",
     "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
-    "vllm serve", "-m vllm.", "attention block size", "vllm-openai", "docker run", "Starting to load model",
+    "vllm serve", "-m vllm.", "attention block size", "vllm-openai", "docker run", "for KV cache on node", "Starting to load model",
     # tracebacks and dying processes (both): every exception class name holds one of these
     "Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt", "Failure",
     "Timeout", "Killed", "sigquit", "Value error,",

@@ -26,10 +26,17 @@ def identity(kb):
     stated = [s for s in specs if s.matched_by.startswith("--gpu")]
     chosen = stated[0] if stated else specs[0]
     aliases = sorted({s.alias for s in specs})
-    detail = {"alias": chosen.alias, "name": chosen.names[0], "ambiguous": len(aliases) > 1 and not stated,
-              "candidates": aliases, "shared_system_memory": chosen.shared_system_memory}
+    spelled = sorted({s.alias for s in stated})
+    totals = {min(s.observed_total_mib or (0,)) for s in (stated or specs)}
+    detail = {"alias": chosen.alias, "name": chosen.names[0],
+              "ambiguous": len(spelled) > 1 or (len(aliases) > 1 and not stated),
+              "totals_agree": len(totals) == 1 and 0 not in totals,
+              "candidates": spelled if len(spelled) > 1 else aliases, "shared_system_memory": chosen.shared_system_memory}
     formula = f"{chosen.names[0]} ({chosen.alias}), named by {chosen.matched_by}"
-    if len(aliases) > 1:
+    if len(spelled) > 1:
+        formula = (f"{chosen.matched_by} could be {' or '.join(spelled)}; they all report {totals.pop()} MiB in "
+                   f"nvidia-smi, so the total is known (the breakdown takes {chosen.alias})")
+    elif len(aliases) > 1:
         formula += (f"; the inputs also name {', '.join(a for a in aliases if a != chosen.alias)}"
                     + (" (--gpu wins)" if stated else ": ambiguous"))
     named_by = [f for f in kb.of(F.DeviceName, F.SmiGpu, role=None) if f.name]

@@ -25,7 +25,7 @@ def gpu_capacity_ambiguous(kb):
     reasons = []
     if total is not None and total.known and total.detail.get("source") == "nominal":
         reasons.append("only the nominal capacity is known")
-    if ident is not None and ident.known and ident.value.get("ambiguous"):
+    if ident is not None and ident.known and ident.value.get("ambiguous") and not ident.value.get("totals_agree"):
         reasons.append(f"the inputs name several GPUs ({', '.join(ident.value['candidates'])})")
     if ident is not None and ident.known and ident.value.get("shared_system_memory"):
         reasons.append("its memory is shared with the CPU")

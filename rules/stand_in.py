@@ -16,7 +16,7 @@ STAND_IN_KINDS = {F.VllmModelLoading: "`Model loading took`", F.VllmMemoryProfil
                   F.VllmAvailableKV: "`Available KV cache memory`", F.VllmGraphCapture: "`Graph capturing finished`",
                   F.VllmGraphPool: "`CUDA graph pool memory`", F.VllmGraphEstimate: "`Estimated CUDA graph memory`",
                   F.VllmStartupMemory: "`Free memory on device`", F.VllmInitialFree: "`Initial free memory`",
-                  F.VllmGpuBlocks: "`# GPU blocks`"}
+                  F.VllmGpuBlocks: "`# GPU blocks`", F.VllmCpuKVSpace: "CPU `… GiB for KV cache on node`"}
 # what a line says about the process rather than its memory: not compared across ranks
 _NOT_FIGURES = {"evidence", "rank", "role", "role_stated", "seconds", "unit", "wording", "form"}
 

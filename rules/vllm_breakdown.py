@@ -86,18 +86,24 @@ def weights(kb):
 def kv_cache(kb):
     """KV cache: `Available KV cache memory` (the bytes turned into blocks), else the profiling
     record's KV figure (`the rest of the memory reserved for KV Cache`, `kv_cache_size=`), else
-    the explicit `--kv-cache-memory` reservation."""
+    the CPU backend's KV space (`Auto set (K/N) GiB for KV cache on node 0` or `Explicitly set`,
+    VLLM_CPU_KVCACHE_SPACE), else the explicit `--kv-cache-memory` reservation."""
     if target(kb) is None:
         return
     available = next(iter(lines_of(kb, F.VllmAvailableKV)), None)
     fact, value = _profile(kb, "kv_cache_gib")
     reserved = next((i for i in lines_of(kb, F.VllmInitialFree) if i.reserved_kv_gib is not None), None)
+    cpu = next(iter(lines_of(kb, F.VllmCpuKVSpace)), None)
     if available is not None:
         yield row("kv_cache", available.gib, "measured", "vllm.breakdown.kv-cache", via(kb, available),
                   f"Available KV cache memory ({line_ref(available)}){from_rank(kb, available)}")
     elif fact is not None:
         yield row("kv_cache", value, "measured", "vllm.breakdown.kv-cache", via(kb, fact),
                   f"profiling record: memory reserved for the KV cache ({line_ref(fact)}){from_rank(kb, fact)}")
+    elif cpu is not None:
+        yield row("kv_cache", cpu.kv_gib, "measured", "vllm.breakdown.kv-cache", via(kb, cpu),
+                  f"CPU backend: {cpu.mode} KV cache space on node {cpu.node} of its {cpu.node_total_gib} GiB "
+                  f"({line_ref(cpu)}){from_rank(kb, cpu)}")
     elif reserved is not None:
         yield row("kv_cache", reserved.reserved_kv_gib, "measured", "vllm.breakdown.kv-cache", via(kb, reserved),
                   f"explicit --kv-cache-memory reservation ({line_ref(reserved)}){from_rank(kb, reserved)}")
@@ -112,7 +118,8 @@ def cuda_graph(kb):
     """CUDA graphs: `Graph capturing finished …, took X GiB` (free memory before minus after
     capture), else the 0.18+ `CUDA graph pool memory … (actual)`, else the pre-capture
     estimate (stated as an estimate). A negative capture figure is a measurement artefact
-    (free memory rose during capture) and is not used as a size. `enforce_eager` → none."""
+    (free memory rose during capture) and is not used as a size. `enforce_eager` or the CPU
+    backend → none."""
     if target(kb) is None:
         return
     capture = next((g for g in lines_of(kb, F.VllmGraphCapture) if g.gib is not None), None)
@@ -134,6 +141,9 @@ def cuda_graph(kb):
                   f"vLLM's estimate before capture ({line_ref(estimate)}); no measured figure{from_rank(kb, estimate)}")
     elif eager is not None and eager.value is True:
         yield row("cuda_graph", 0.0, "derived", "vllm.breakdown.cuda-graph", (eager,), "enforce_eager=True: no graphs")
+    elif (cpu := next(iter(lines_of(kb, F.VllmCpuKVSpace)), None)) is not None:
+        yield row("cuda_graph", 0.0, "derived", "vllm.breakdown.cuda-graph", via(kb, cpu),
+                  f"the CPU backend ({line_ref(cpu)}) captures no CUDA graphs")
     else:
         yield row("cuda_graph", Unknown("the log shows no graph-capture figure for this rank"
                                         + silent(kb, F.VllmGraphCapture, F.VllmGraphPool)), "unknown",
@@ -183,9 +193,16 @@ def framework(kb):
 def budget(kb):
     """Budget: what vLLM may use, total × gpu_memory_utilization (printed by the profiling
     record and the `Free memory on device` report, else computed from a stated total and
-    utilization), and what lies outside it (total − budget): memory vLLM leaves alone."""
+    utilization; on the CPU backend, the memory requested for the worker on its NUMA node), and
+    what lies outside it (total − budget): memory vLLM leaves alone."""
     util = kb.get("config", "gpu_memory_utilization")
     if target(kb) is None or util is None:
+        return
+    cpu = next((c for c in lines_of(kb, F.VllmCpuKVSpace) if c.requested_gib is not None), None)
+    if cpu is not None:  # the CPU backend prints the worker's share of the node
+        yield row("budget", cpu.requested_gib, "measured", "vllm.breakdown.budget", via(kb, cpu),
+                  f"CPU backend: memory requested for the worker on node {cpu.node} of its {cpu.node_total_gib} GiB "
+                  f"({line_ref(cpu)})")
         return
     total_fact, total = _profile(kb, "total_gpu_memory_gib")
     usable_fact, usable = _profile(kb, "usable_gib")

@@ -21,6 +21,8 @@ from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.report import build
 from helpers import SGLANG_CORPUS, TESTS, fixture, row, run_entry, write_log
 
+LOG_SINGLE = fixture("single_gpu_ready.log")
+
 INPUTS = TESTS / "inputs"
 GIB = 1 << 30
 VLLM_TP2 = fixture("vllm_v092_tp2.log")  # Qwen3-32B TP2, gpu_memory_utilization 0.85, prints no total
@@ -415,3 +417,41 @@ def test_documented_query_alone_gives_total_framework_and_other(tmp_path):
     assert rows["other"]["gib"] == round(69322 / 1024 - held, 2) and rows["other"]["status"] == "derived"
     # nothing asks for the nvidia-smi output that was given
     assert "--nvidia-smi-file" not in json.dumps(rep) and "or nvidia-smi output" not in json.dumps(rep)
+
+
+# ---- GPU spellings people type ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("spelling, alias", [
+    ("h100-sxm5", "h100_sxm"), ("H100_SXM5", "h100_sxm"), ("b200-180gb", "b200"), ("h20-sxm", "h20"),
+    ("rtx3090", "rtx3090"), ("3090", "rtx3090"), ("RTX 3090", "rtx3090"), ("nvidia geforce rtx 3090", "rtx3090"),
+    ("5070-ti", "rtx5070ti"), ("a6000", "rtx_a6000"), ("A40", "a40"), ("4090D", "rtx4090d"), ("rtx4080", "rtx4080"),
+    ("rtx5080", "rtx5080"), ("mi300a", "mi300a"), ("910B", "ascend910b"), ("gb10", "gb10_dgx_spark"),
+])
+def test_gpu_spellings(spelling, alias):
+    rep = build(analyse(LOG_SINGLE, gpu=spelling))
+    assert rep["gpu"]["alias"] == alias and not rep["gpu"]["ambiguous"]
+
+
+@pytest.mark.parametrize("spelling", ["h100", "H100-80GB", "nvidia-h100"])
+def test_an_ambiguous_spelling_says_what_it_could_be_and_keeps_the_total(spelling):
+    rep = build(analyse(LOG_SINGLE, gpu=spelling))
+    assert rep["gpu"]["ambiguous"] and rep["gpu"]["total_gib"] == round(81559 / 1024, 2)
+    assert "could be h100_pcie or h100_sxm" in rep["gpu"]["identity"]
+    assert "they all report 81559 MiB" in rep["gpu"]["identity"]
+    # the total is not in doubt, so no capacity warning
+    assert "gpu-capacity-ambiguous" not in {f["rule"] for f in rep["findings"]}
+
+
+def test_an_ambiguous_spelling_whose_totals_differ_asks():
+    with pytest.raises(InputError, match=r"a100_40gb_sxm \(40960 MiB\).*a100_80gb_pcie \(81920 MiB\).*name one"):
+        analyse(LOG_SINGLE, gpu="a100")
+
+
+def test_new_reference_entries_carry_their_sources():
+    from capdiag.gpus import gpu_specs
+    entries = {e["alias"]: e for e in gpu_specs()}
+    for alias, mib in (("rtx3090", 24576), ("rtx4080", 16376), ("rtx4090d", 24564), ("rtx5080", 16303),
+                       ("rtx5070ti", 16303), ("rtx_a6000", 49140), ("a40", 46068)):
+        assert entries[alias]["observed_total_mib"][0] == mib and entries[alias]["observed_source"]
+        assert entries[alias]["source_url"].startswith("https://")
+    assert entries["mi300a"]["shared_system_memory"] and entries["ascend910b"]["vendor_nominal_gb"] == 64

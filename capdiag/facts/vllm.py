@@ -171,6 +171,21 @@ class VllmInitialFree(Fact):
 
 
 @attrs.frozen(kw_only=True)
+class VllmCpuKVSpace(Fact):
+    """The CPU backend's KV cache space on a NUMA node: `Explicitly set (K/N) GiB for KV cache on
+    node 0.` (VLLM_CPU_KVCACHE_SPACE) or `Auto set (K/N) GiB for KV cache on node 0, with R GiB
+    requested memory for the worker. U GiB memory was consumed by non-kv usages.` — K the KV
+    space, N the node's memory, R what the worker may use, U what the rest took."""
+
+    kv_gib: float
+    node_total_gib: Optional[float] = None
+    node: Optional[int] = None
+    mode: str = "explicit"  # or "auto"
+    requested_gib: Optional[float] = None
+    non_kv_gib: Optional[float] = None
+
+
+@attrs.frozen(kw_only=True)
 class VllmStartupError(Fact):
     """A start-up error vLLM states: no memory for cache blocks, max seq len beyond the KV
     cache, the engine core failing to start."""

@@ -263,6 +263,22 @@ class _Lines(Transformer):
     def cli_arg(self, items):
         return cli_option(items)
 
+    def cpu_kv_space(self, items):
+        """`(K/N) GiB for KV cache on node I`, then (auto) `with R GiB requested …`, `U GiB … non-kv`."""
+        tokens = items[-1]
+        numbers = [split_quantity(str(t))[0] for t in tokens if t.type == "PNUM"]
+        text = "".join(str(t) for t in tokens)
+        if len(numbers) < 3 or "for KV cache on node" not in text:
+            return None
+        values = {"kv_gib": numbers[0], "node_total_gib": numbers[1], "node": int(numbers[2]),
+                  "mode": "auto" if str(items[0]).startswith("Auto") else "explicit"}
+        values.update(name_numbers(tokens, "PNUM", (), (("gib requested", "requested_gib"),
+                                                         ("requested memory", "requested_gib"),
+                                                         ("gib memory was consumed", "non_kv_gib"),
+                                                         ("memory was consumed", "non_kv_gib")),
+                                   {"requested_gib": "GiB", "non_kv_gib": "GiB"}))
+        return (F.VllmCpuKVSpace, values)
+
     def model_name(self, items):
         return (F.VllmModelName, {"name": str(items[1]), "source": f"`{items[0]}` line"})
 
