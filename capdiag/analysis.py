@@ -84,6 +84,8 @@ def read_log(log: LogInput, framework: Optional[str] = None, until_ready: Option
         raise InputError(f"{path}: neither an SGLang nor a vLLM start-up log "
                          f"(no start-up line of either recognised in {counter.count} lines){seen}")
     facts = [f for f in facts if framework_of(f) in (None, chosen)]
+    if not facts:
+        raise InputError(f"{path}: no {framework} start-up line recognised in {counter.count} lines (--framework {framework})")
     if traffic is not None:
         summed = [f for f in traffic.facts() if f.framework == chosen]
         facts = sorted(facts + summed, key=lambda f: f.evidence.line)

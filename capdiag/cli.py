@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 from importlib import resources
 from typing import Optional
 
@@ -20,6 +21,7 @@ from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
+from capdiag.printable import printable
 from capdiag.rules.plan import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
 from capdiag.whatif import KEYS
@@ -46,14 +48,29 @@ class Lengths(click.ParamType):
 
 
 def _write(text: str, output: Optional[str], color: bool = False) -> None:
-    if output:
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise InputError(f"{output}: cannot be written ({exc.strerror})") from None
-    else:
+    """The output to stdout, or to `output` atomically: written beside it and renamed over it,
+    so a full disk or a size limit leaves the old file whole instead of a truncated one. No
+    control character reaches either (the renderers already made the input's text printable;
+    this is the last check), but the colours of a text report asked for."""
+    text = text if color else printable(text)
+    if not output:
+        if sys.stdout is None:
+            raise InputError("standard output is closed; give --output FILE")
         click.echo(text, nl=False, color=color or None)  # colour asked for is kept, even into a pipe
+        return
+    target = os.path.abspath(output)
+    temp = None
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        if os.path.exists(target):
+            os.chmod(temp, os.stat(target).st_mode & 0o7777)
+        os.replace(temp, target)
+    except OSError as exc:
+        if temp is not None and os.path.exists(temp):
+            os.unlink(temp)
+        raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
 
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -161,13 +178,13 @@ def _explain_many(logs, fmt, output, inputs, trace, jobs):
     _write(render_many(items, "table" if fmt == "text" else fmt), output)
     for item in items:
         if item.error:
-            click.echo(f"capdiag: error: {item.error}", err=True)
+            click.echo(f"capdiag: error: {printable(item.error)}", err=True)
     if any(item.error for item in items):
         sys.exit(2)
 
 
 def _echo_err(text: str) -> None:
-    click.echo(text, err=True, nl=False)
+    click.echo(printable(text), err=True, nl=False)
 
 
 # ---- probe ---------------------------------------------------------------------------------
@@ -243,10 +260,10 @@ def check_policy(policies):
         try:
             loaded = load_policy(path)
         except InputError as exc:
-            click.echo(f"capdiag: error: {exc}", err=True)
+            click.echo(f"capdiag: error: {printable(str(exc))}", err=True)
             bad += 1
             continue
-        click.echo(f"{path}: ok ({len(loaded.rules)} rule setting(s), fail-on {loaded.fail_on or DEFAULT_FAIL_ON})")
+        click.echo(printable(f"{path}: ok ({len(loaded.rules)} rule setting(s), fail-on {loaded.fail_on or DEFAULT_FAIL_ON})"))
     if bad:
         sys.exit(2)
 
@@ -262,7 +279,7 @@ def baseline_command(logs, policy, deployment, inputs, output):
         raise InputError(verdict.errors[0].error)
     document = baseline_document(verdict)
     _write(json.dumps(document, indent=2, ensure_ascii=False) + "\n", output)
-    click.echo(f"capdiag: wrote {len(document['entries'])} baseline entries to {output}", err=True)
+    click.echo(printable(f"capdiag: wrote {len(document['entries'])} baseline entries to {output}"), err=True)
 
 
 @main.command("plan", context_settings=CONTEXT)
@@ -315,14 +332,14 @@ def diff_command(before, after, fmt, output, inputs):
 def rules(name, markdown):
     """List the finding rules, or print one rule's documentation (by name or code)."""
     if markdown:
-        click.echo(ruledocs.markdown(), nl=False)
+        _write(ruledocs.markdown(), None)
     elif name:
         found = find_rule(name)
         if found is None:
             raise InputError(f"no rule named {name!r}; `capdiag rules` lists them")
-        click.echo(ruledocs.one(found), nl=False)
+        _write(ruledocs.one(found), None)
     else:
-        click.echo(ruledocs.listing(), nl=False)
+        _write(ruledocs.listing(), None)
 
 
 @main.command(context_settings=CONTEXT)
@@ -346,11 +363,13 @@ def facts(log, fmt):
     if fmt == "json":
         out = [{"kind": f.kind, "launch": n, "line": f.evidence.line, "rank": attrs.asdict(f.rank),
                 "role": f.role, "values": _values(f), "text": f.evidence.text} for n, f in rows]
-        click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
+        _write(json.dumps(out, indent=2, ensure_ascii=False, default=str) + "\n", None)
         return
+    listing = []
     for n, f in rows:
         values = ", ".join(f"{k}={v!r}" for k, v in _values(f).items() if v not in (None, {}, ()))
-        click.echo(f"L{n} line {f.evidence.line:>6}  {f.rank.label:<14} {f.role:<6} {f.kind}: {values}"[:400])
+        listing.append(f"L{n} line {f.evidence.line:>6}  {f.rank.label:<14} {f.role:<6} {f.kind}: {values}"[:400] + "\n")
+    _write("".join(listing), None)
 
 
 def _values(fact) -> dict:
@@ -361,17 +380,40 @@ def _values(fact) -> dict:
     return values
 
 
+def _fail(message: str) -> None:
+    """One line on stderr (input text in it made printable and clipped), exit code 2."""
+    message = printable(message).replace("\n", " ")
+    click.echo(f"capdiag: error: {message if len(message) <= 400 else message[:399] + '…'}", err=True)
+    sys.exit(2)
+
+
+def _quiet_stdout() -> None:
+    """After a failed write to stdout, point it at /dev/null so the interpreter's own flush at
+    exit cannot fail again and print a traceback."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def run() -> None:
-    """Entry point: input problems become one line on stderr and exit code 2."""
+    """Entry point: input problems become one line on stderr and exit code 2; a reader that
+    went away (a closed pipe) ends the run quietly; an output that cannot be written is an error."""
     try:
         main(standalone_mode=False)
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except click.exceptions.Abort:
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        click.echo(f"capdiag: error: {exc.format_message()}", err=True)
-        sys.exit(2)
+        _fail(exc.format_message())
     except InputError as exc:
-        click.echo(f"capdiag: error: {exc}", err=True)
-        sys.exit(2)
+        _fail(str(exc))
+    except BrokenPipeError:
+        _quiet_stdout()
+        sys.exit(141)  # the shell's code for a process whose reader closed the pipe (128 + SIGPIPE)
+    except OSError as exc:  # stdout on a full disk, EIO, …: the report was not delivered
+        _quiet_stdout()
+        _fail(f"the output cannot be written ({exc.strerror or exc})")

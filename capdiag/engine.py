@@ -181,10 +181,21 @@ class Knowledge:
 
     facts: tuple[F.Fact, ...]
     derived: dict[tuple, Derived] = attrs.Factory(dict)
+    # (position, fact) by class and by (class, rank key), built on first use: a lookup per
+    # rank must not scan every fact, or 10,000 ranks cost 10^8 steps
+    _by_class: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    _by_rank: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def of(self, *kinds: type, rank: Optional[tuple] = None, role: Optional[str] = "target") -> list:
-        return [f for f in self.facts if isinstance(f, kinds)
-                and (rank is None or f.rank.key() == rank) and (role is None or f.role == role)]
+        if not self._by_class and self.facts:
+            for position, f in enumerate(self.facts):
+                self._by_class.setdefault(type(f), []).append((position, f))
+                self._by_rank.setdefault((type(f), f.rank.key()), []).append((position, f))
+        classes = [c for c in self._by_class if issubclass(c, kinds)]
+        rows = [row for c in classes for row in (self._by_class[c] if rank is None else self._by_rank.get((c, rank), ()))]
+        if len(classes) > 1:
+            rows.sort(key=lambda row: row[0])
+        return [f for _, f in rows if role is None or f.role == role]
 
     def first(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
         found = self.of(kind, rank=rank, role=role)
@@ -206,7 +217,7 @@ class Knowledge:
 
     def policy(self, rule_name: str) -> dict:
         """The policy's entry for a rule ({} without a policy)."""
-        policy = next((f for f in self.facts if isinstance(f, F.Policy)), None)
+        policy = self.first(F.Policy, role=None)
         return policy.rules.get(rule_name, {}) if policy is not None else {}
 
     def settings(self, r: Rule) -> dict:

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote
 
+import attrs
+
 from capdiag import PROJECT_URL, __version__, ruledocs
 from capdiag.gating import Verdict
+from capdiag.printable import printable, printable_data
 from capdiag.render import _env
 from capdiag.rules import FINDINGS
 
@@ -29,13 +32,23 @@ SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schem
 
 def render_gate(verdict: Verdict, fmt: str, root: Optional[str] = None) -> str:
     """`root`: the repository root that SARIF, GitHub and GitLab paths are made relative to."""
+    verdict = _printable(verdict)
     if fmt in ("sarif", "github", "gitlab"):
         return {"sarif": _sarif, "github": _github, "gitlab": _gitlab}[fmt](verdict, root)
     return {"text": _text, "json": _json, "junit": _junit}[fmt](verdict)
 
 
 def summary_markdown(verdict: Verdict) -> str:
-    return _env().get_template("gate_summary.md.j2").render(v=verdict)
+    return _env().get_template("gate_summary.md.j2").render(v=_printable(verdict))
+
+
+def _printable(verdict: Verdict) -> Verdict:
+    """The verdict with every string that came from the inputs made printable."""
+    results = tuple(attrs.evolve(r, path=printable(r.path), report=printable_data(r.report),
+                                 error=printable_data(r.error), findings=printable_data(r.findings),
+                                 identity=printable_data(r.identity), not_judged=printable_data(r.not_judged))
+                    for r in verdict.results)
+    return attrs.evolve(verdict, results=results, stale=printable_data(verdict.stale))
 
 
 def _text(verdict: Verdict) -> str:

@@ -23,6 +23,7 @@ from capdiag.errors import InputError
 from capdiag.policy import SEVERITIES
 from capdiag.report import build
 from capdiag.rules import find_rule
+from capdiag.side_input import read_json
 
 BASELINE_SCHEMA = "capdiag.baseline/2"
 # Version 1 fingerprinted only framework, model and TP/PP/DP: logs without server_args shared one.
@@ -113,18 +114,15 @@ class Verdict:
 
 
 def read_baseline(path: str) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not a capdiag baseline ({exc})") from None
+    data = read_json(path, "baseline")
     if isinstance(data, dict) and data.get("schema") in OLD_BASELINE_SCHEMAS:
         raise InputError(f"{path}: a {data['schema']} baseline, whose fingerprints could match unrelated "
                          "deployments; write it again with `capdiag baseline`")
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA or not isinstance(data.get("entries"), list):
         raise InputError(f"{path}: not a capdiag baseline (schema {BASELINE_SCHEMA} expected)")
+    for number, entry in enumerate(data["entries"], start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
+            raise InputError(f"{path}: baseline entry {number} is not an object with a fingerprint")
     return data["entries"]
 
 

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Optional
 
 from capdiag import facts as F
 from capdiag.errors import InputError
+from capdiag.parsing.bounds import MAX_GIB
 from capdiag.resources import reference_json
 
 
@@ -83,8 +84,8 @@ def gpu_input_facts(alias: Optional[str], total_gib: Optional[float], names: Ite
     name seen in the inputs matches (`names` holds (name, where it was seen))."""
     out: list[F.Fact] = []
     if total_gib is not None:
-        if total_gib <= 0:
-            raise InputError(f"--gpu-total-gib {total_gib}: must be positive")
+        if not 0 < total_gib <= MAX_GIB:  # also refuses nan
+            raise InputError(f"--gpu-total-gib {total_gib}: must be positive and finite: a GPU's memory in GiB, at most {MAX_GIB:.0f}")
         out.append(F.GpuTotal(evidence=F.Evidence(F.INPUT_LINE, f"--gpu-total-gib {total_gib}", 0, "input"),
                               gib=total_gib))
     if alias is not None:

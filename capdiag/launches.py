@@ -23,6 +23,8 @@ from capdiag.parsing import with_launch
 
 _MAIN_PROCESS = (F.ServerArgs, F.ModelPathHint, F.LaunchCommand, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig,
                  F.VllmMaxModelLen)
+# Lines that say nothing about which process printed them.
+_NEUTRAL = _MAIN_PROCESS + (F.UnreadLine,)
 # A line that opens a start-up: once per-rank lines have been seen, it opens the next one.
 _OPENERS = (F.ServerArgs, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig)
 _FAILURES = (F.SchedulerException, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError)
@@ -69,20 +71,19 @@ class Launch:
 def split_launches(facts: Iterable[F.Fact]) -> list[Launch]:
     launches: list[list[F.Fact]] = [[]]
     begins: Counter = Counter()
-    finished = False
+    finished = scheduler_seen = False
     for fact in facts:
-        current = launches[-1]
-        scheduler_seen = any(not isinstance(f, _MAIN_PROCESS) for f in current)
         restart = (isinstance(fact, _OPENERS) and scheduler_seen) or (
             isinstance(fact, (F.LoadWeightBegin, F.TorchDistributedBegin, F.VllmModelLoading))
             and (finished or begins[(type(fact), fact.rank.key())] >= 2))
         if restart:
             launches.append([])
             begins.clear()
-            finished = False
+            finished = scheduler_seen = False
         if isinstance(fact, (F.LoadWeightBegin, F.TorchDistributedBegin, F.VllmModelLoading)):
             begins[(type(fact), fact.rank.key())] += 1
         finished = finished or isinstance(fact, (F.ServerReady, F.VllmEngineReady) + _FAILURES)
+        scheduler_seen = scheduler_seen or not isinstance(fact, _NEUTRAL)
         launches[-1].append(fact)
     return [Launch(i, tuple(assign_roles(with_launch(f, i) for f in group)))
             for i, group in enumerate((g for g in launches if g), start=1)]

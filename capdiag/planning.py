@@ -5,6 +5,7 @@ and set beside what that log measured, with the error of each prediction.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import attrs
@@ -23,6 +24,9 @@ BUCKETS = ("weights", "kv_cache", "activation", "framework", "headroom", "traini
 SCHEMA = "capdiag.plan/1"
 
 
+MAX_PARAMS = 1e15
+
+
 def parse_params(text: Optional[str]) -> Optional[float]:
     """`70B`, `7.5b`, `405e9`, `1.2T` → a parameter count."""
     if text is None:
@@ -33,8 +37,8 @@ def parse_params(text: Optional[str]) -> Optional[float]:
         count = float(raw[:-1]) * scale[raw[-1]] if raw[-1] in scale else float(raw)
     except (ValueError, IndexError):
         raise InputError(f"--params {text}: use a count like 70B, 7.5B or 405e9") from None
-    if not count > 0:
-        raise InputError(f"--params {text}: a positive count like 70B, 7.5B or 405e9")
+    if not 0 < count <= MAX_PARAMS:  # also refuses nan and inf
+        raise InputError(f"--params {text}: a positive count like 70B, 7.5B or 405e9 (at most 1000T)")
     if raw[-1] not in scale and count < MIN_BARE_PARAMS:
         mantissa, exponent = f"{count * 1e9:e}".split("e")
         raise InputError(f"--params {text}: a bare number counts single parameters; for {text} billion write "

@@ -21,6 +21,8 @@ from typing import Any, Optional
 
 from capdiag import facts as F
 from capdiag.errors import InputError
+from capdiag.parsing.bounds import in_range
+from capdiag.side_input import read_text
 from capdiag.rules import find_rule
 
 if sys.version_info >= (3, 11):
@@ -29,6 +31,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 SEVERITIES = ("info", "warning", "error")
+MAX_THRESHOLD = 1e6  # GiB, percent, seconds, tokens, requests: every threshold is far below
 
 
 def _line_of(text: str, table: Optional[str], key: Optional[str]) -> int:
@@ -47,16 +50,11 @@ def _line_of(text: str, table: Optional[str], key: Optional[str]) -> int:
 
 
 def load_policy(path: str) -> F.Policy:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-    text = raw.decode("utf-8", errors="replace")
+    text = read_text(path, "policy")
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML ({exc})") from None
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:  # ValueError: int digit limit
+        raise InputError(f"{path}: not valid TOML ({str(exc)[:120]})") from None
 
     def fail(message: str, table: Optional[str] = None, key: Optional[str] = None):
         line = _line_of(text, table, key)
@@ -98,8 +96,12 @@ def load_policy(path: str) -> F.Policy:
                 settings["severity"] = value
             elif key in r.thresholds:
                 default = r.thresholds[key]
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    fail(f"{key} must be a number like {default!r}, not {value!r}", table, key)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not in_range(value, MAX_THRESHOLD) \
+                        or value < (1 if isinstance(default, int) else 0):
+                    low = "a whole number from 1" if isinstance(default, int) else "a number from 0"
+                    fail(f"{key} must be {low} to {MAX_THRESHOLD:g}, like {default!r}, not {value!r:.40}", table, key)
+                if isinstance(default, int) and not float(value).is_integer():
+                    fail(f"{key} must be a whole number, like {default!r}, not {value!r}", table, key)
                 settings["thresholds"][key] = type(default)(value) if isinstance(default, int) and \
                     float(value).is_integer() else value
             else:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from capdiag import bars, timeseries
 from capdiag.cache import cache_dir
+from capdiag.printable import printable_data
 from capdiag.terminal import DEFAULT_WIDTH, for_terminal, wrap
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def _env() -> "jinja2.Environment":
 def render(report: dict[str, Any], fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
     """The report in `fmt`. The text report is wrapped to `width` columns (log lines quoted in
     it are cut to one line); `color` paints its bars and severities with ANSI colours."""
+    report = printable_data(report)
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     text = _env().get_template(f"{fmt}.j2").render(r=report, color=color, width=width)
@@ -79,16 +81,18 @@ def render(report: dict[str, Any], fmt: str, color: bool = False, width: int = D
 def render_trace(rows: list[dict[str, Any]], width: int = DEFAULT_WIDTH) -> str:
     """One block per firing, in order: rule → conclusion, its inputs; then the rules asked
     about that did not fire, with what they needed (report.trace_rows)."""
-    return wrap(_env().get_template("trace.j2").render(rows=rows, width=width), width)
+    return wrap(_env().get_template("trace.j2").render(rows=printable_data(rows), width=width), width)
 
 
 def render_plan(report: dict[str, Any], fmt: str) -> str:
+    report = printable_data(report)
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template("plan.md.j2" if fmt == "markdown" else "plan.txt.j2").render(p=report)
 
 
 def render_diff(report: dict[str, Any], fmt: str) -> str:
+    report = printable_data(report)
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template("diff.md.j2" if fmt == "markdown" else "diff.txt.j2").render(d=report)

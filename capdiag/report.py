@@ -25,6 +25,7 @@ BREAKDOWN_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_grap
 # Stacked-bar order of a rank's memory, bottom to top.
 SEGMENT_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
                  "draft_cuda_graph", "other", "free")
+MAX_UNREAD = 50  # lines not read, listed in the report (the first ones)
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -72,8 +73,17 @@ def because(d: Derived) -> list[dict[str, Any]]:
             for p in d.premises if isinstance(p, Derived)]
 
 
-def _rank_tags(rank: tuple, facts: list[F.Fact]) -> dict[str, Any]:
-    tagged = next((f.rank for f in facts if f.rank.key() == rank and f.rank.tagged), None)
+def _tagged_ranks(facts: list[F.Fact]) -> dict[tuple, F.Rank]:
+    """Each rank key's tags, from its first tagged line (looked up once, not per rank)."""
+    tagged: dict[tuple, F.Rank] = {}
+    for f in facts:
+        if f.rank.tagged:
+            tagged.setdefault(f.rank.key(), f.rank)
+    return tagged
+
+
+def _rank_tags(rank: tuple, ranks: dict[tuple, F.Rank]) -> dict[str, Any]:
+    tagged = ranks.get(rank)
     if tagged is None:
         return {"tp": rank[2], "dp": None, "pp": None, "ep": None, "process": None}
     return {"tp": tagged.tp_index, "dp": tagged.dp, "pp": tagged.pp, "ep": tagged.ep, "process": tagged.worker}
@@ -115,6 +125,7 @@ def target_observed(kb, facts: list[F.Fact], per_rank: dict, target: Optional[tu
 def build(a: Analysis) -> dict[str, Any]:
     kb = a.knowledge
     facts = list(a.launch.facts)
+    tagged = _tagged_ranks(facts)
     total_d = kb.get("gpu", "total_gib")
     total = _value(total_d)
     ident = kb.get("gpu", "identity")
@@ -130,7 +141,7 @@ def build(a: Analysis) -> dict[str, Any]:
     shown = [c for c in RANK_COLUMNS[a.framework] if any(_column(o, c[1]) is not None for o in per_rank.values())]
     ranks = []
     for rank in sorted(per_rank):
-        tags = _rank_tags(rank, facts)
+        tags = _rank_tags(rank, tagged)
         smi = kb.get("nvidia_smi", rank)
         segments = kb.value("rank_memory", rank) or {}
         ranks.append({"rank": tags, "label": _label(tags) or "TP0",
@@ -170,7 +181,7 @@ def build(a: Analysis) -> dict[str, Any]:
         findings.append({"rule": d.rule, "name": d.rule, "code": _rule_code(d.rule), "severity": d.severity,
                          "key": d.key[1] if isinstance(d.key, tuple) else None,
                          "title": d.title, "message": d.message, "action": d.action,
-                         "rank": _label_of(target, facts) if target is not None else None,
+                         "rank": _label_of(target, tagged) if target is not None else None,
                          "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
                          "detail": d.detail})
 
@@ -197,6 +208,8 @@ def build(a: Analysis) -> dict[str, Any]:
                    "last_line": a.launch.last_line, "phase_reached": kb.value("phase"), "ready": ready,
                    "stopped_at": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
                    "server_args": _server_args_note(kb.first(F.ServerArgs, role=None)),
+                   "unread_lines": [{"line": f.evidence.line, "reason": f.reason}
+                                    for f in kb.of(F.UnreadLine, role=None)][:MAX_UNREAD],
                    "all_launches": [{"launch": l.index, "first_line": l.first_line, "last_line": l.last_line,
                                      "phase_reached": l.phase,
                                      "failure": None if l.failure is None else {"line": l.failure.evidence.line,
@@ -217,7 +230,7 @@ def build(a: Analysis) -> dict[str, Any]:
                 "total_gib": total,
                 "total_source": (total_d.detail.get("source") if total_d is not None and total_d.known else None),
                 "total_derivation": total_d.formula if total_d is not None and total_d.known else _reason(total_d)},
-        "target_rank": _label_of(target, facts) if target is not None else None,
+        "target_rank": _label_of(target, tagged) if target is not None else None,
         "observed": with_contract_keys(target_observed(kb, facts, per_rank, target), a.framework),
         "stand_ins": [{"kind": STAND_IN_KINDS[kind], "rank": d.detail.get("rank") if d.known else None,
                        "derivation": d.formula if d.known else _reason(d)}
@@ -314,8 +327,8 @@ def _column(observed: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return values[0] if len(values) == 1 else round(sum(values), 2)
 
 
-def _label_of(rank: tuple, facts: list[F.Fact]) -> str:
-    return _label(_rank_tags(rank, facts)) or "TP0"
+def _label_of(rank: tuple, ranks: dict[tuple, F.Rank]) -> str:
+    return _label(_rank_tags(rank, ranks)) or "TP0"
 
 
 def _server_args_note(args: Optional[F.ServerArgs]) -> Optional[dict[str, Any]]:

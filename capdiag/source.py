@@ -145,7 +145,8 @@ _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]$")
 # continues on lines without a header of their own.
 _RECORD = re.compile(r"with config:|non-default args:|args: Namespace\(|server_args[=:]")
 _HEADER = re.compile(r"^(?:\(\w[^)]*pid=\d+|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) |\[\d{4}-\d\d-\d\d |\[\d\d:\d\d:\d\d)")
-MAX_CONTINUATION = 400  # physical lines one wrapped record may span
+MAX_CONTINUATION = 400  # physical lines one wrapped line or record may span
+MAX_JOINED = 1 << 16  # characters a joined line may reach (real records: under 20,000)
 WRAPPED = 100  # a record line and its header-less successor both this long: a hard wrap
 # A traceback printed without a prefix (SGLang, an excerpt) never continues a cut record.
 _TRACEBACK = re.compile(r'^(?:File "|Traceback \(most recent call last\)|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)')
@@ -236,6 +237,8 @@ def open_log(log: LogInput) -> tuple[IO[bytes], str, bool]:
 def open_input(path: str) -> IO[bytes]:
     """Open a path, `-` (stdin) or a .gz file for binary reading; InputError on failure."""
     if path == "-":
+        if sys.stdin is None:
+            raise InputError("standard input is closed")
         return sys.stdin.buffer
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not a log file")
@@ -245,7 +248,11 @@ def open_input(path: str) -> IO[bytes]:
         raise InputError(f"{path}: no such file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-    head = fh.peek(4)[:2] if hasattr(fh, "peek") else b""
+    try:
+        head = fh.peek(4)[:2] if hasattr(fh, "peek") else b""
+    except OSError as exc:
+        fh.close()
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
     if head == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
     return fh
@@ -388,8 +395,17 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
         raise InputError(f"the input cannot be read: {exc}") from None
 
 
+_CONTROL_BYTES = bytes(b for b in range(1, 32) if b not in b"\t\n\r\x1b\x0c")
+
+
 def _refuse_binary(block: bytes, before: int) -> None:
-    """InputError when one of the file's first five lines is mostly NUL bytes."""
+    """InputError when one of the file's first five lines is mostly NUL bytes, or the file's
+    first 64 KiB is mostly neither UTF-8 nor text (random bytes hold few NULs)."""
+    if before == 0:
+        sample = block[:1 << 16]
+        controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+        if controls + sample.decode("utf-8", "replace").count("\ufffd") > len(sample) // 4:
+            raise InputError("the input is binary data, not a text log")
     if before < 5 and b"\x00" in block:
         for line in block.split(b"\n", 5)[:5 - before]:
             if line.count(b"\x00") > (len(line) + 1) // 8:
@@ -455,7 +471,13 @@ def clean(raw: str) -> list[str]:
 
 def open_brackets(text: str) -> int:
     """Brackets opened and not closed, outside quoted strings: > 0 means the record is cut."""
-    depth, quote, escaped = 0, "", False
+    return bracket_state(text)[0]
+
+
+def bracket_state(text: str, state: tuple[int, str, bool] = (0, "", False)) -> tuple[int, str, bool]:
+    """(depth, open quote, escape pending) after `text`, from `state`: a record joined piece by
+    piece is scanned once, not once per piece."""
+    depth, quote, escaped = state
     for ch in text:
         if quote:
             if escaped:
@@ -470,7 +492,7 @@ def open_brackets(text: str) -> int:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-    return depth
+    return depth, quote, escaped
 
 
 def has_keyword(text: str) -> bool:
@@ -528,6 +550,13 @@ def candidate_lines(numbered: Iterable[tuple[int, str]]) -> Iterator[Line]:
     return candidate_runs(_runs(numbered))
 
 
+def _joined(pending: Line, text: str, raw: str, separator: str) -> Line | None:
+    """The held line continued by one more physical line; None past MAX_JOINED."""
+    if len(pending.text) + len(text) > MAX_JOINED or len(pending.raw) + len(raw) > MAX_JOINED:
+        return None
+    return Line(pending.number, pending.text + separator + text, pending.raw + "\n" + raw)
+
+
 def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[Line]:
     """Lines that may hold a fact, with wrapped continuations joined.
 
@@ -547,6 +576,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
     record = command = False
     spans = 0
     last_piece = ""
+    brackets = None  # the held record's bracket_state(), once needed
     for first, block in runs:
         if not block:  # the input paused: a held line is complete as far as anyone knows
             if pending is not None:
@@ -568,36 +598,38 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
             line_start, cursor, number = cursor, end + 1, number + 1
             for text in clean(raw):
                 if pending is not None:
-                    if not record and _CUT_REST.match(text):
-                        pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
-                        continue
-                    if record and spans < MAX_CONTINUATION and text and not _HEADER.match(text) and \
-                            not _TRACEBACK.match(text) and (
-                            open_brackets(pending.text) > 0
-                            or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0))):
-                        pending = Line(pending.number, pending.text + text, pending.raw + "\n" + raw)
-                        spans += 1
-                        last_piece = text
-                        continue
-                    if not record and pending.text.endswith(",") and not text.startswith(("[", "(")):
-                        pending = Line(pending.number, pending.text + " " + text, pending.raw + "\n" + raw)
+                    joined = None
+                    if spans >= MAX_CONTINUATION:
+                        pass
+                    elif not record and _CUT_REST.match(text):
+                        joined = _joined(pending, text, raw, "")
+                    elif record and text and not _HEADER.match(text) and not _TRACEBACK.match(text):
+                        brackets = brackets or bracket_state(pending.text)  # only when a line may continue it
+                        if brackets[0] > 0 or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0)):
+                            joined = _joined(pending, text, raw, "")
+                            brackets, last_piece = bracket_state(text, brackets), text
+                    elif not record and pending.text.endswith(",") and not text.startswith(("[", "(")):
+                        joined = _joined(pending, text, raw, " ")
+                    if joined is not None:
+                        pending, spans = joined, spans + 1
                         continue
                     if command and spans < MAX_CONTINUATION and (pending.text.endswith("\\") or text.startswith("--")):
-                        pending = Line(pending.number, pending.text.rstrip("\\ ") + " " + text,
-                                       pending.raw + "\n" + raw)
-                        spans += 1
-                        continue
+                        joined = _joined(attrs.evolve(pending, text=pending.text.rstrip("\\ ")), text, raw, " ")
+                        if joined is not None:
+                            pending, spans = joined, spans + 1
+                            continue
                     yield pending
                     pending = None
                 if not has_keyword(text):
                     continue
-                line = Line(number, text, raw[:MAX_LINE])
+                line = Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
                 command = False
+                spans = 0
                 if _RECORD.search(text):
                     if traffic is not None:
                         fed = _feed_traffic(traffic, first, block, fed, line_start)
                         traffic.restart(number)
-                    pending, record, spans, last_piece = line, True, 0, raw
+                    pending, record, last_piece, brackets = line, True, raw, None
                 else:  # held one line: it may continue on the next (soft or hard wrap)
                     pending, record, spans, command = line, False, 0, bool(_COMMAND.search(text))
         if traffic is not None:

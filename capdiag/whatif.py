@@ -6,6 +6,8 @@ from typing import Any
 from capdiag import facts as F
 from capdiag.errors import InputError
 
+MAX_SETTING = 1 << 40  # tokens, requests, ranks: far beyond any deployment
+
 # key -> (type, meaning); both frameworks' names are accepted, the rules say which applies
 KEYS: dict[str, tuple[type, str]] = {
     "mem_fraction_static": (float, "SGLang's static fraction"),
@@ -36,8 +38,8 @@ def parse_what_if(items: tuple[str, ...]) -> F.WhatIf | None:
             raise InputError(f"--what-if {item}: {key} takes {kind.__name__} values") from None
         if kind is float and not 0 < value < 1:
             raise InputError(f"--what-if {item}: a fraction between 0 and 1")
-        if kind is int and value <= 0:
-            raise InputError(f"--what-if {item}: a positive whole number")
+        if kind is int and not 0 < value <= MAX_SETTING:
+            raise InputError(f"--what-if {item}: a positive whole number, at most {MAX_SETTING}")
         changes[key] = value
     text = "--what-if " + " ".join(items)
     return F.WhatIf(evidence=F.Evidence(F.INPUT_LINE, text, 0, "input"), changes=changes)

@@ -5,6 +5,7 @@ from typing import Optional, Union
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Finding, Knowledge, Unknown
+from capdiag.parsing.bounds import in_range
 
 
 def target(kb: Knowledge) -> Optional[tuple]:
@@ -58,9 +59,10 @@ def number_or_text(text: str):
     """A command-line value as the number it spells, else the text."""
     for kind in (int, float):
         try:
-            return kind(text)
-        except ValueError:
-            pass
+            value = kind(text)
+        except ValueError:  # not that kind, or past int()'s digit limit
+            continue
+        return value if in_range(value) else text  # `inf`, `nan`, 1e308 stay the text they are
     return text
 
 

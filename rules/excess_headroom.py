@@ -64,14 +64,14 @@ def excess_headroom(kb, t):
             return
         free, fraction, name, base = free_row.value, mfs.value, "mem_fraction_static", pre
         premises = (free_row, mfs, begin or profiling)
-    if free <= t["max_free_gib"]:
-        return
     grow = free - t["keep_gib"]
+    if free <= t["max_free_gib"] or grow <= 0 or base <= 0:
+        return
     suggested = round(fraction + grow / base, 3)
     if not fraction < suggested < 1:
         return
     projection = ""
-    if per_token is not None and per_token.known and tokens is not None and tokens.known:
+    if per_token is not None and per_token.known and per_token.value > 0 and tokens is not None and tokens.known:
         extra = int(grow * GIB // per_token.value)
         projection = f"; about {extra:,} more tokens ({tokens.value:,} → {tokens.value + extra:,})"
         premises += (per_token, tokens)

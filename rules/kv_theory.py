@@ -52,6 +52,15 @@ def attention_layers(cfg: dict) -> tuple[int, str]:
     return total, ""
 
 
+def attention_shape(cfg: dict) -> Optional[tuple[int, int]]:
+    """(KV heads, head_dim) of an MHA/GQA layer; None when config.json lacks them (no
+    num_attention_heads, or neither head_dim nor hidden_size)."""
+    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
+    if not heads or not (cfg.get("head_dim") or (cfg.get("hidden_size") and cfg.get("num_attention_heads"))):
+        return None
+    return heads, cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
 def _is_compressed_swa(cfg: dict) -> bool:
     text = " ".join(str(cfg.get(k, "")) for k in ("model_type", "architectures")).lower()
     return "deepseek_v4" in text or "deepseekv4" in text or "compress_ratios" in cfg
@@ -104,8 +113,13 @@ def theoretical(kb):
                       formula + (f" ({counted})" if counted else "") + "; not split by TP: every rank holds the latent",
                       {"attention": "mla", "layers": layers, "replication": 1})
         return
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    shape = attention_shape(cfg)
+    if shape is None:
+        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
+            "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"),
+            "kv-pool.theoretical", premises)
+        return
+    heads, head_dim = shape
     v_head_dim = cfg.get("v_head_dim") or head_dim
     per_rank = max(1, heads // attn_tp)
     copies = attn_tp // heads if heads < attn_tp else 1
@@ -123,8 +137,9 @@ def theoretical(kb):
       concludes=("kv_pool:dtype",))
 def kv_dtype(kb):
     """The KV element type in use: what the log's KV lines print, else the configured
-    kv_cache_dtype, else — for `auto` — the model's dtype (the weight-load line, vLLM's engine
-    config, or config.json)."""
+    kv_cache_dtype, else — for a stated `auto` — the model's dtype (the weight-load line, vLLM's
+    engine config, or config.json). A log that states neither leaves it unknown: `auto` is
+    never assumed."""
     printed = next((f for f in kb.of(F.KVCacheAllocated, F.KVCacheDtype, role=None) if getattr(f, "dtype", None)),
                    None)
     if printed is not None:
@@ -133,6 +148,10 @@ def kv_dtype(kb):
     configured = kb.get("config", "kv_cache_dtype")
     if configured is not None and configured.known and str(configured.value) != "auto":
         yield Derived("kv_pool", "dtype", configured.value, "kv-pool.dtype", (configured,), "configured kv_cache_dtype")
+        return
+    if configured is None or not configured.known:  # `auto` is a setting the log must state, not a default to assume
+        yield Derived("kv_pool", "dtype", Unknown("the log prints no KV dtype and states no kv_cache_dtype"),
+                      "kv-pool.dtype", ())
         return
     loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
     engine = kb.first(F.VllmEngineConfig, role=None)

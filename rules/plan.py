@@ -17,7 +17,7 @@ from typing import Optional
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules.kv_theory import attention_layers, element_size
+from capdiag.rules.kv_theory import attention_layers, attention_shape, element_size
 from capdiag.rules.weights_theory import parameter_count
 
 GIB = 1 << 30
@@ -112,8 +112,12 @@ def kv_per_token(kb):
         value = (cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0)) * layers * elem
         formula = f"MLA ({cfg['kv_lora_rank']} + {cfg.get('qk_rope_head_dim', 0)}) × {layers} layers × {elem} B"
     else:
-        heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        shape = attention_shape(cfg)
+        if shape is None:
+            yield Derived("plan", "kv_per_token", Unknown("config.json lacks the attention shape (num_attention_heads, "
+                                                          "and head_dim or hidden_size)"), "plan.kv-per-token", (req, model))
+            return
+        heads, head_dim = shape
         per_rank = max(1, heads // _tp(req))
         value = layers * per_rank * head_dim * 2 * elem
         formula = f"{layers} layers × {per_rank} KV heads × {head_dim} × 2 × {elem} B"

@@ -62,6 +62,9 @@ def rank_memory(kb):
     total = kb.get("gpu", "total_gib")
     target = kb.value("target_rank")
     log_facts = [f for f in kb.facts if f.evidence.source == "log"]
+    by_rank: dict[tuple, list] = {}  # grouped once: filtering every fact per rank is quadratic in the ranks
+    for f in log_facts:
+        by_rank.setdefault(f.rank.key(), []).append(f)
     for key, observed in sorted(observed_by_rank(log_facts).items()):
         if key == target:  # the breakdown's rows: the best derivation of each category
             rows = [d for d in kb.topic("breakdown") if d.known and d.key in _BAR_CATEGORIES]
@@ -85,6 +88,6 @@ def rank_memory(kb):
             held = sum(v for c, v in segments.items() if c != "free")
             segments["other"] = round(smi.value["used_mib"] / 1024 - held, 2)
         if segments:
-            premises = tuple(f for f in log_facts if f.rank.key() == key) + tuple(p for p in (total, smi) if p)
+            premises = tuple(by_rank.get(key, ())) + tuple(p for p in (total, smi) if p)
             yield Derived("rank_memory", key, segments, "ranks.memory", premises,
                           ", ".join(f"{c} {v}" for c, v in segments.items()) + " GiB")

@@ -6,7 +6,7 @@ import re
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 
-_TAG = re.compile(r"(tp|pp|dp|ep)?(\d+)")
+_TAG = re.compile(r"(tp|pp|dp|ep)?(\d{1,7})")  # a longer index is no rank
 
 
 def parse_spec(spec: str | None) -> dict[str, int] | None:

@@ -115,7 +115,7 @@ def concurrency_check(kb):
     """vLLM's own `Maximum concurrency for N tokens per request: X` beside capdiag's figure at
     N: KV tokens / N must give X (to two decimals), else the two disagree and the report says so."""
     tokens_d = kb.get("kv_pool", "tokens")
-    stated = kb.of(F.VllmMaxConcurrency, role=None)
+    stated = [s for s in kb.of(F.VllmMaxConcurrency, role=None) if s.tokens > 0]  # "for 0 tokens" checks nothing
     if tokens_d is None or not tokens_d.known or not stated:
         return
     least = min(stated, key=lambda s: s.x)

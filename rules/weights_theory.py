@@ -77,11 +77,14 @@ def bytes_per_weight(cfg: dict) -> tuple[Optional[float], str]:
     bits = quant.get("bits") or quant.get("w_bit")
     groups = quant.get("config_groups") or {}
     for group in groups.values() if isinstance(groups, dict) else []:
-        bits = bits or (group.get("weights") or {}).get("num_bits")
+        weights = group.get("weights") if isinstance(group, dict) else None
+        bits = bits or (weights.get("num_bits") if isinstance(weights, dict) else None)
     if method == "fp8" or "fp8" in str(quant.get("fmt", "")).lower() or bits == 8:
         return 1.0, f"{method or 'int8/fp8'} 8-bit weights"
     if bits == 4 or method in ("awq", "gptq", "nvfp4", "mxfp4"):
         group = quant.get("group_size") or quant.get("q_group_size") or 128
+        if isinstance(group, bool) or not isinstance(group, int) or group <= 0:
+            return None, f"quantization group size {group!r} is not a positive whole number"
         return 0.5 + 2 / group, f"4-bit weights + a 2-byte scale per {group}"
     if method:
         return None, f"quantization {method!r} is not estimated"

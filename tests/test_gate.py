@@ -389,7 +389,7 @@ def test_every_gate_format_shows_unknowns_as_skipped_with_the_reason(monkeypatch
     reason = "needs the memory free at the end of start-up (the log prints no free-memory reading after the pools)"
     code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY)
     assert code == 1 and f"skipped  CD110 thin-headroom: could not judge — {reason}" in out
-    assert "7 rule(s) could not judge" in out.splitlines()[0]  # excess-headroom does not apply to a failure
+    assert "8 rule(s) could not judge" in out.splitlines()[0]  # excess-headroom does not apply to a failure; fp8-kv-opportunity needs a stated KV dtype
     doc = json.loads(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "json")[1])
     assert {"rule": "thin-headroom", "code": "CD110", "reason": reason, "failing": False} in doc["logs"][0]["not_judged"]
     root = ET.fromstring(gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "junit")[1].encode("utf-8"))
@@ -404,7 +404,7 @@ def test_every_gate_format_shows_unknowns_as_skipped_with_the_reason(monkeypatch
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     out = gate(monkeypatch, capsys, WEIGHTS_ONLY, "--format", "github")[1]
     notice = next(line for line in out.splitlines() if line.startswith("::notice ") and "skipped" in line)
-    assert "title=capdiag%3A 7 rule(s) skipped%2C insufficient evidence::" in notice
+    assert "title=capdiag%3A 8 rule(s) skipped%2C insufficient evidence::" in notice
     assert "CD110 thin-headroom: " + reason in notice.replace("%0A", "\n")
     text = summary.read_text(encoding="utf-8")
     assert "### Rules that could not judge" in text and "CD110 `thin-headroom`" in text

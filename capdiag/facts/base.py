@@ -126,3 +126,11 @@ class DeviceName(Fact):
     """The GPU name torch reports, as embedded in a MoE kernel-config file name."""
 
     name: str
+
+
+@attrs.frozen(kw_only=True)
+class UnreadLine(Fact):
+    """A line of a known kind that could not become a fact (a number out of range, a value
+    nested too deep, …): skipped, and named in the report with the reason."""
+
+    reason: str

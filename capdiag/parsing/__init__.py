@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Iterable, Iterator, Optional
 
 import attrs
+from lark.exceptions import VisitError
 
 from capdiag import facts as F
+from capdiag.parsing.bounds import OutOfRange, check_values, rank_in_range
 from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.sglang import parse_sglang_line
 from capdiag.parsing.traceback import parse_traceback_line
@@ -33,13 +35,40 @@ def _parse(text: str, framework: Optional[str]) -> list[Parsed]:
     return found + [piece] if piece is not None else found
 
 
+# What turning a parsed line into a fact can raise on hostile input (a number too long for
+# int(), infinity converted to int, nesting past the recursion limit, an unhashable dict key, …)
+_CONVERSION_ERRORS = (VisitError, RecursionError, ValueError, ArithmeticError, TypeError, KeyError, IndexError)
+
+
+def _reason(exc: BaseException) -> str:
+    exc = getattr(exc, "orig_exc", exc)
+    return f"{type(exc).__name__}: {str(exc)[:160]}" if not isinstance(exc, OutOfRange) else str(exc)
+
+
+def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
+    out: list[F.Fact] = []
+    for parsed in _parse(line.text, framework):
+        values, notes = check_values(parsed.values)
+        if not rank_in_range(attrs.asdict(parsed.rank)):
+            raise OutOfRange(f"rank tag {parsed.rank.label} is out of range")
+        role = values.pop("_role", None)
+        extra = {"role": role, "role_stated": True} if role else {}
+        evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to)
+        out.append(parsed.cls(evidence=evidence, rank=parsed.rank, **values, **extra))
+        out.extend(F.UnreadLine(evidence=evidence, rank=parsed.rank, reason=f"{parsed.cls.__name__}: {note}")
+                   for note in notes)
+    return out
+
+
 def read_facts(lines: Iterable[Line], framework: Optional[str] = None) -> Iterator[F.Fact]:
+    """The facts each line states. This is the one place a parse tree becomes facts: a line
+    whose conversion fails, or whose figures are out of range, becomes an UnreadLine naming
+    why instead of an error."""
     for line in lines:
-        for parsed in _parse(line.text, framework):
-            values = dict(parsed.values)
-            role = values.pop("_role", None)
-            extra = {"role": role, "role_stated": True} if role else {}
-            yield parsed.cls(evidence=F.Evidence(line.number, line.raw, read_to=parsed.read_to), rank=parsed.rank, **values, **extra)
+        try:
+            yield from _facts_of(line, framework)
+        except _CONVERSION_ERRORS as exc:
+            yield F.UnreadLine(evidence=F.Evidence(line.number, line.raw), reason=_reason(exc))
 
 
 def build_parsers() -> None:

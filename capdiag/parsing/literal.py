@@ -5,6 +5,7 @@ complete before the cut; `parse_call_or_dict` reports where the cut was.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -12,6 +13,12 @@ import attrs
 from lark import Lark, Transformer, UnexpectedInput
 
 from capdiag.parsing.lalr import lalr_parser
+
+
+MAX_DEPTH = 100  # bracket levels; real records nest 3 or 4 deep
+MAX_DIGITS = 4300  # int()'s own limit on the digits it converts (sys.get_int_max_str_digits)
+_QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?""")
+_BRACKET = re.compile(r"[()\[\]{}]")
 
 
 @attrs.frozen
@@ -59,7 +66,7 @@ def unescape(body: str) -> str:
                 out.append(chr(int(body[i + 2:i + 2 + width], 16)))
                 i += 2 + width
                 continue
-            except ValueError:
+            except (ValueError, OverflowError):  # not hex, or past U+10FFFF: kept as written
                 pass
         if nxt in "01234567" and body[i + 1:i + 4].isdigit() and len(body[i + 1:i + 4]) == 3:
             out.append(chr(int(body[i + 1:i + 4], 8)))
@@ -96,9 +103,10 @@ class _ToPython(Transformer):
 
     def number(self, items):
         s = str(items[0])
-        if s.lstrip("+-") in ("inf", "nan"):
+        if s.lstrip("+-") in ("inf", "nan") or any(c in s for c in ".eE"):
             return float(s)
-        return float(s) if any(c in s for c in ".eE") else int(s)
+        # past int()'s digit limit the value is of no use: its float (inf) is dropped at the fact boundary
+        return int(s) if len(s) <= MAX_DIGITS else float("inf")
 
     def name(self, items):
         s = str(items[0])
@@ -152,7 +160,12 @@ def _is_kwarg(a) -> bool:
 
 
 def _hashable(k):
-    return tuple(k) if isinstance(k, list) else k
+    """A dict key as the parser built it, made hashable (lists and dicts inside it too)."""
+    if isinstance(k, (list, tuple)):
+        return tuple(_hashable(v) for v in k)
+    if isinstance(k, dict):
+        return tuple((_hashable(a), _hashable(b)) for a, b in k.items())
+    return k
 
 
 @lru_cache(maxsize=1)
@@ -160,8 +173,23 @@ def _parser() -> Lark:
     return lalr_parser("pyliteral.lark", maybe_placeholders=True)
 
 
+def nesting_depth(text: str) -> int:
+    """The deepest bracket nesting outside quoted strings (a cut string counts to the end)."""
+    deepest = depth = 0
+    for found in _BRACKET.finditer(_QUOTED.sub("", text)):
+        if found.group() in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
 def parse_literal(text: str) -> Any:
-    """Parse one Python literal; raises lark.UnexpectedInput when it is not one."""
+    """Parse one Python literal; raises lark.UnexpectedInput when it is not one, ValueError
+    when it nests deeper than MAX_DEPTH (the transformer recurses once per level)."""
+    if nesting_depth(text) > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     return _ToPython().transform(_parser().parse(text))
 
 

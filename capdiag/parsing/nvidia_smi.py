@@ -6,6 +6,7 @@ default table (names may be truncated with `...`). Anything else is an InputErro
 """
 from __future__ import annotations
 
+import io
 from functools import lru_cache
 from typing import Optional
 
@@ -15,7 +16,8 @@ from lark.exceptions import LarkError
 from capdiag import facts as F
 from capdiag.errors import InputError
 from capdiag.parsing.lalr import lalr_parser
-from capdiag.source import open_input, physical_lines
+from capdiag.side_input import read_bytes
+from capdiag.source import physical_lines
 
 _COLUMNS = {"index": "index", "memory.used": "used_mib", "memory.free": "free_mib", "memory.total": "total_mib",
             "name": "name"}
@@ -38,10 +40,18 @@ def _parser() -> Lark:
     return lalr_parser("nvidia_smi.lark")
 
 
-def _mib(cell: str) -> Optional[int]:
-    """`63092 MiB` → 63092; `[N/A]`, `Not Supported` → None."""
-    number = cell.replace("MiB", "").strip()
-    return int(number) if number.isdigit() else None
+_NOT_A_FIGURE = ("[n/a]", "n/a", "not supported", "[not supported]", "[unknown error]", "[gpu is lost]")
+
+
+def _mib(cell: str, number: int) -> Optional[int]:
+    """`63092 MiB` → 63092; `[N/A]`, `Not Supported` → None; anything else (a negative or
+    text figure, Unicode digits) is an InputError naming the line."""
+    figure = cell.replace("MiB", "").strip()
+    if figure.isascii() and figure.isdigit() and len(figure) <= 12:
+        return int(figure)
+    if figure.lower() in _NOT_A_FIGURE:
+        return None
+    raise InputError(f"nvidia-smi line {number}: {cell!r:.40} is not a memory figure in MiB")
 
 
 def _evidence(number: int, text: str) -> F.Evidence:
@@ -49,18 +59,14 @@ def _evidence(number: int, text: str) -> F.Evidence:
 
 
 def read_nvidia_smi(path: str) -> list[F.SmiGpu]:
-    stream = open_input(path)
-    try:
-        rows = []
-        for number, raw in physical_lines(stream):
-            if not raw.strip():
-                continue
-            try:
-                rows.append((number, raw, *_Cells().transform(_parser().parse(raw.strip()))))
-            except LarkError:
-                continue
-    finally:
-        stream.close()
+    rows = []
+    for number, raw in physical_lines(io.BytesIO(read_bytes(path, "nvidia-smi"))):
+        if not raw.strip():
+            continue
+        try:
+            rows.append((number, raw, *_Cells().transform(_parser().parse(raw.strip()))))
+        except LarkError:
+            continue
     gpus = _from_csv(rows) or _from_table(rows)
     if not gpus:
         raise InputError(f"{path}: no GPU found; expected `nvidia-smi --query-gpu=index,memory.used,memory.free "
@@ -82,12 +88,13 @@ def _from_csv(rows) -> list[F.SmiGpu]:
                          "`--query-gpu=index,memory.used,memory.free`; with other columns keep the header row")
     gpus = []
     for number, raw, cells in data:
-        if len(cells) != len(columns) or not cells[columns.index("index")].isdigit():
+        index = cells[columns.index("index")] if len(cells) == len(columns) else ""
+        if not (index.isascii() and index.isdigit() and len(index) <= 6):
             raise InputError(f"nvidia-smi line {number}: expected {len(columns)} columns ({', '.join(columns)})")
         values = {}
         for column, cell in zip(columns, cells):
             key = _COLUMNS[column]
-            values[key] = int(cell) if key == "index" else cell if key == "name" else _mib(cell)
+            values[key] = int(cell) if key == "index" else cell if key == "name" else _mib(cell, number)
         gpus.append(F.SmiGpu(evidence=_evidence(number, raw), **values))
     return gpus
 
@@ -100,13 +107,14 @@ def _from_table(rows) -> list[F.SmiGpu]:
         if shape != "table" or not cells:
             continue
         words = cells[0].split()
-        if len(words) >= 3 and words[0].isdigit() and words[-1] in ("On", "Off"):
+        if len(words) >= 3 and words[0].isascii() and words[0].isdigit() and len(words[0]) <= 6 \
+                and words[-1] in ("On", "Off"):
             pending = (number, raw, int(words[0]), " ".join(words[1:-1]))
             continue
         memory = next((c for c in cells if "MiB /" in c or "Not Supported" in c), None)
         if pending is not None and memory is not None:
             n, first, index, name = pending
-            used, total = (_mib(part) for part in memory.split("/")) if "/" in memory else (None, None)
+            used, total = (_mib(part, number) for part in memory.split("/")) if "/" in memory else (None, None)
             # the table prints no free figure, and total − used is not it (the driver reserves some)
             gpus.append(F.SmiGpu(evidence=_evidence(n, first + "\n" + raw), index=index, used_mib=used,
                                  total_mib=total, name=name))

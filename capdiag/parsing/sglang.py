@@ -6,6 +6,7 @@ the fact. Lines of other kinds fail to parse and are skipped by the caller.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -13,7 +14,8 @@ import attrs
 from lark import Lark, Token, Transformer
 
 from capdiag import facts as F
-from capdiag.parsing.literal import parse_call_or_dict
+from capdiag.parsing.bounds import OutOfRange
+from capdiag.parsing.literal import MAX_DIGITS, parse_call_or_dict
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.prose import read_oom_message
 from capdiag.parsing.lalr import lalr_parser
@@ -26,6 +28,8 @@ class Quantity:
 
 
 def _number(text: str) -> float | int:
+    if len(text) > MAX_DIGITS:
+        raise OutOfRange(f"a number of {len(text)} digits")
     return float(text) if any(c in text for c in ".eE") else int(text)
 
 
@@ -273,10 +277,37 @@ def _parser() -> Lark:
     return lalr_parser("sglang.lark", lexer="contextual")
 
 
-def parse_sglang_line(text: str) -> Optional[Parsed]:
-    """The fact a line states, or None when it is not a line kind the grammar knows."""
+# The common prefix `[date time TAGS] `, read the way the grammar reads it. Lines that differ
+# only in it (one line per rank, the same start-up relaunched) share one parse of their body.
+_PREFIX = re.compile(r"\[\s*(?:\d{4}-\d\d-\d\d\s+)?\d\d:\d\d:\d\d(?:[.,]\d+)?((?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d{1,7})*)\s*\]\s*")
+_TAGS = re.compile(r"([A-Z_]+?)(\d+)")
+_STAND_IN = "[00:00:00] "  # the prefix a shared body is parsed behind
+SHARED_BODY = 1 << 16  # characters (the source's MAX_JOINED): 256 kept bodies stay under 16 MiB
+
+
+def _parse(text: str) -> Optional[Parsed]:
     read = parse_to_damage(_parser().parse, text)
     if read is None:
         return None
     parsed = _Lines().transform(read[0])
     return attrs.evolve(parsed, read_to=read[1]) if parsed is not None and read[1] is not None else parsed
+
+
+@lru_cache(maxsize=256)
+def _parse_body(body: str) -> Optional[Parsed]:
+    return _parse(_STAND_IN + body)
+
+
+def parse_sglang_line(text: str) -> Optional[Parsed]:
+    """The fact a line states, or None when it is not a line kind the grammar knows."""
+    prefix = _PREFIX.match(text)
+    if prefix is None or len(text) - prefix.end() > SHARED_BODY:
+        return _parse(text)
+    parsed = _parse_body(text[prefix.end():])
+    if parsed is None:
+        return None
+    tags = {name.lower(): int(number) for name, number in _TAGS.findall(prefix.group(1))}
+    # the body's own `[gpu=N]` tag is read after the prefix's, as the grammar's start rule does
+    own = {k: v for k, v in attrs.asdict(parsed.rank).items() if v is not None}
+    read_to = None if parsed.read_to is None else parsed.read_to - len(_STAND_IN) + prefix.end()
+    return attrs.evolve(parsed, rank=F.Rank(**{**tags, **own}), read_to=read_to) if tags or read_to else parsed

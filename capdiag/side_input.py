@@ -1,0 +1,67 @@
+"""Reading a side input (config.json, a policy, a baseline, nvidia-smi output): at most a
+bounded number of bytes (a path like /dev/zero is refused, not read until memory runs out),
+decoded strictly, every failure an InputError."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from typing import Any
+
+from capdiag.errors import InputError
+from capdiag.source import open_input
+
+MIB = 1 << 20
+# far above any real file of the kind: a config.json is ~1-100 KiB, a policy < 10 KiB
+LIMITS = {"config.json": 16 * MIB, "policy": MIB, "baseline": 64 * MIB, "nvidia-smi": 4 * MIB}
+
+
+def read_bytes(path: str, what: str) -> bytes:
+    """The file's bytes (decompressed when it is a .gz); InputError when over LIMITS[what]."""
+    limit = LIMITS[what]
+    stream = open_input(path)
+    try:
+        data = stream.read(limit + 1)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(f"{path}: the {what} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    finally:
+        if path != "-":
+            stream.close()
+    if len(data) > limit:
+        raise InputError(f"{path}: larger than {limit // MIB} MiB, not a {what} file")
+    return data
+
+
+def read_text(path: str, what: str) -> str:
+    """The file as text: UTF-8 (a BOM allowed) or UTF-16 with its BOM."""
+    data = read_bytes(path, what)
+    try:
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            return data.decode("utf-16")
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
+def read_json(path: str, what: str) -> Any:
+    """The file as JSON (UTF-8, -16 or -32, as JSON allows); InputError when it is not, when it
+    nests past the parser's recursion limit, or holds a number that is not finite."""
+    text = read_text(path, what)
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, int digit limit, depth
+        raise InputError(f"{path}: the {what} is not valid JSON ({str(exc)[:120]})") from None
+    if not _finite(data):
+        raise InputError(f"{path}: the {what} holds a number that is not finite (Infinity, NaN, 1e400)")
+    return data

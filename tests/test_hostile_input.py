@@ -1,0 +1,468 @@
+"""Hostile input, class by class (issue 14): every case gives a report or one error line with
+exit code 2, never a traceback, never an invented value, and no output carries a control
+character or markup from the input. Fixtures are the bundled example log and the test
+fixtures, mutated here."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+import xml.dom.minidom
+from pathlib import Path
+
+import pytest
+
+from capdiag.analysis import analyse
+from capdiag.engine import Knowledge
+from capdiag import facts as F
+from capdiag.source import MAX_JOINED, candidate_lines
+from helpers import FIXTURES, run_entry
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "capdiag" / "examples" / "sglang-llama31-8b-h100.log"
+TEXT = EXAMPLE.read_text()
+VLLM = (FIXTURES / "vllm_v011_max_num_seqs.log").read_text()
+CAPDIAG = [sys.executable, "-m", "capdiag"]
+
+
+def _sub(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new)
+
+
+def _log(tmp_path, text: str, name: str = "hostile.log") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _clean_exit(code: int, out: str, err: str, allowed=(0, 2)) -> None:
+    assert "Traceback (most recent call last)" not in out + err, err
+    assert code in allowed, (code, err)
+    if code == 2:
+        lines = [l for l in err.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith("capdiag: error:"), err
+
+
+# ---- errors while turning a parsed line into facts --------------------------------------------
+
+CONVERSION = {
+    "tokens-1e400": ("max_total_num_tokens=415615", "max_total_num_tokens=1e400", 19),
+    "digits-5000": ("#tokens: 415615", "#tokens: " + "9" * 5000, 13),
+    "avail-1e308": ("avail mem=78.43 GB", "avail mem=1e308 GB", 5),
+    "tp-tag-5000-digits": ("[2026-03-02 09:14:16] Load", "[2026-03-02 09:14:16 TP" + "1" * 5000 + "] Load", 5),
+    "tp-tag-10^20": ("[2026-03-02 09:14:16] Load", "[2026-03-02 09:14:16 TP" + "1" * 21 + "] Load", 5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVERSION))
+def test_a_line_that_cannot_become_a_fact_is_named_not_a_traceback(name, tmp_path, monkeypatch, capsys):
+    old, new, line = CONVERSION[name]
+    code, out, err = run_entry(monkeypatch, capsys, "explain", _log(tmp_path, _sub(TEXT, old, new)), "--format", "json")
+    _clean_exit(code, out, err, allowed=(0,))
+    report = json.loads(out)
+    assert [u["line"] for u in report["source"]["unread_lines"]] == [line]
+    # the value that line states is nowhere else in the report
+    report["source"]["unread_lines"] = []
+    rest = json.dumps(report)
+    assert "1e+308" not in rest and "Infinity" not in rest and "NaN" not in rest and "9" * 30 not in rest
+
+
+@pytest.mark.parametrize("value", ["[" * 1000 + "]" * 1000, "{'a': 1, [1, [2]]: 3}", "'\\UFFFFFFFF'",
+                                   "9" * 5000, "1e400", "-1e400", "nan"])
+def test_server_args_values_of_any_shape(value, tmp_path, monkeypatch, capsys):
+    text = _sub(TEXT, "tokenizer_mode='auto'", f"tokenizer_mode={value}")
+    code, out, err = run_entry(monkeypatch, capsys, "explain", _log(tmp_path, text), "--format", "json")
+    _clean_exit(code, out, err, allowed=(0,))
+    report = json.loads(out)
+    assert report["config"]["tp_size"] == 1 or report["source"]["server_args"]["style"] == "unparsed"
+    assert "Infinity" not in out and "NaN" not in out
+
+
+def test_a_record_entry_out_of_range_is_dropped_and_named(tmp_path):
+    text = _sub(TEXT, "mem_fraction_static=0.838", "mem_fraction_static=1e400")
+    a = analyse(_log(tmp_path, text))
+    assert a.knowledge.get("config", "mem_fraction_static").known is False
+    notes = [f.reason for f in a.launch.facts if isinstance(f, F.UnreadLine)]
+    assert notes and "mem_fraction_static" in notes[0]
+
+
+# ---- arithmetic on zero, infinity and NaN -----------------------------------------------------
+
+ARITHMETIC = {
+    "kv-0.00": (TEXT, "K size: 25.37 GB, V size: 25.37 GB", "K size: 0.00 GB, V size: 0.00 GB"),
+    "avail-0": (TEXT, "avail mem=78.43 GB", "avail mem=0 GB"),
+    "avail-negative": (TEXT, "avail mem=78.43 GB", "avail mem=-1 GB"),
+    "avail-nan": (TEXT, "avail mem=78.43 GB", "avail mem=nan GB"),
+    "tokens-0": (TEXT, "#tokens: 415615", "#tokens: 0"),
+    "vllm-kv-1e308": (VLLM, "Available KV cache memory: 4.75 GiB", "Available KV cache memory: 1e308 GiB"),
+    "vllm-kv-0": (VLLM, "Available KV cache memory: 4.75 GiB", "Available KV cache memory: 0 GiB"),
+    "vllm-concurrency-0": (VLLM, "Maximum concurrency for 32,000 tokens", "Maximum concurrency for 0 tokens"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARITHMETIC))
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_zero_infinity_nan_in_the_log(name, fmt, tmp_path, monkeypatch, capsys):
+    text, old, new = ARITHMETIC[name]
+    code, out, err = run_entry(monkeypatch, capsys, "explain", _log(tmp_path, _sub(text, old, new)), "--format", fmt,
+                               "--gpu", "h100_sxm")
+    _clean_exit(code, out, err, allowed=(0,))
+    if fmt == "json":
+        for finding in json.loads(out)["findings"]:
+            suggested = finding["detail"].get("suggested")
+            assert suggested is None or 0 < suggested < 1
+
+
+OPTIONS = [
+    (["explain", str(EXAMPLE), "--gpu-total-gib", v], "--gpu-total-gib") for v in ("inf", "nan", "1e308", "-0", "0")
+] + [
+    (["explain", str(EXAMPLE), "--target-rank", "9" * 5000], "--target-rank"),
+    (["explain", str(EXAMPLE), "--framework", "vllm"], "no vllm start-up line"),
+    (["explain", str(EXAMPLE), "--token-lengths", "9" * 5000], "token-lengths"),
+    (["explain", str(EXAMPLE), "--what-if", "page_size=" + "9" * 30], "--what-if"),
+    (["explain", str(EXAMPLE), "--what-if", "mem_fraction_static=nan"], "--what-if"),
+] + [(["plan", "--params", p, "--gpu", "h100_sxm"], "--params") for p in ("-70B", "nanB", "infB", "1e400B", "0B", "9" * 5000)]
+
+
+@pytest.mark.parametrize("argv, words", OPTIONS, ids=[" ".join(a)[:50] for a, _ in OPTIONS])
+def test_options_out_of_range_are_one_line_errors(argv, words, monkeypatch, capsys):
+    code, out, err = run_entry(monkeypatch, capsys, *argv)
+    _clean_exit(code, out, err, allowed=(2,))
+    assert words in err and len(err) < 600
+
+
+# ---- side inputs -------------------------------------------------------------------------------
+
+CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+          "hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16"}
+CONFIGS = {
+    "string-heads": ({"num_key_value_heads": "8"}, 2),
+    "zero-heads": ({"num_key_value_heads": 0}, 2),
+    "negative-layers": ({"num_hidden_layers": -4}, 2),
+    "billion-layers": ({"num_hidden_layers": 1_000_000_000}, 2),
+    "negative-head-dim": ({"head_dim": -128}, 2),
+    "string-experts": ({"num_local_experts": "8"}, 2),
+    "float-hidden": ({"hidden_size": 4096.5}, 2),
+    "bool-heads": ({"num_attention_heads": True}, 2),
+    "quant-string": ({"quantization_config": "fp8"}, 2),
+    "quant-group-zero": ({"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 0}}, 0),
+    "quant-groups-not-objects": ({"quantization_config": {"config_groups": {"g": "w4"}}}, 0),
+    "missing-hidden-size": ({"hidden_size": None}, 0),
+    "missing-heads": ({"num_attention_heads": None, "num_key_value_heads": None}, 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_config_json_fields_are_validated(name, tmp_path, monkeypatch, capsys):
+    change, want = CONFIGS[name]
+    cfg = {k: v for k, v in {**CONFIG, **change}.items() if v is not None}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    start = time.monotonic()
+    for argv in (["explain", str(EXAMPLE), "--config-json", str(path)],
+                 ["plan", "--config-json", str(path), "--gpu", "h100_sxm"]):
+        code, out, err = run_entry(monkeypatch, capsys, *argv)
+        _clean_exit(code, out, err, allowed=(want,))
+        assert "-" + "128" not in out.split("bytes per token")[-1][:40]
+    assert time.monotonic() - start < 20
+
+
+RAW_JSON = {
+    "deep": "[" * 100_000 + "]" * 100_000,
+    "deep-object": '{"a":' * 5000 + "1" + "}" * 5000,
+    "utf16": json.dumps({"schema": "x"}).encode("utf-16"),
+    "invalid-utf8": b'{"a": "\xff\xfe\xfa"}',
+    "infinity": '{"num_hidden_layers": Infinity}',
+    "digits": '{"num_hidden_layers": ' + "9" * 5000 + "}",
+    "array": "[1, 2, 3]",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RAW_JSON))
+@pytest.mark.parametrize("flag", ["--config-json", "--baseline"])
+def test_json_side_inputs_of_any_content(name, flag, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "side.json"
+    data = RAW_JSON[name]
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    command = "explain" if flag == "--config-json" else "gate"
+    code, out, err = run_entry(monkeypatch, capsys, command, str(EXAMPLE), flag, str(path))
+    _clean_exit(code, out, err, allowed=(2,))
+
+
+@pytest.mark.parametrize("entries", [[1, 2], ["x"], [None], [{"rule": "x"}], [[{"fingerprint": "a"}]]])
+def test_baseline_entries_must_be_objects(entries, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps({"schema": "capdiag.baseline/2", "entries": entries}))
+    code, out, err = run_entry(monkeypatch, capsys, "gate", str(EXAMPLE), "--baseline", str(path))
+    _clean_exit(code, out, err, allowed=(2,))
+
+
+POLICIES = {
+    "request-tokens-0": "[rules.low-concurrency]\nrequest_tokens = 0\n",
+    "request-tokens-inf": "[rules.low-concurrency]\nrequest_tokens = inf\n",
+    "request-tokens-fraction": "[rules.low-concurrency]\nrequest_tokens = 4096.5\n",
+    "keep-nan": "[rules.excess-headroom]\nkeep_gib = nan\n",
+    "keep-negative": "[rules.excess-headroom]\nkeep_gib = -3.0\n",
+    "huge": "[rules.excess-headroom]\nkeep_gib = 1e300\n",
+    "deep": "x = " + "[" * 100_000 + "]" * 100_000 + "\n",
+    "not-utf8": b"fail-on = \"\xff\"\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_policy_thresholds_are_validated(name, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "capdiag.toml"
+    data = POLICIES[name]
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    code, out, err = run_entry(monkeypatch, capsys, "gate", str(EXAMPLE), "--policy", str(path))
+    _clean_exit(code, out, err, allowed=(2,))
+
+
+def test_a_threshold_pair_that_would_give_a_negative_fraction_gives_no_advice(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "capdiag.toml"
+    path.write_text("[rules.excess-headroom]\nkeep_gib = 100\nmax_free_gib = 1\n")
+    code, out, err = run_entry(monkeypatch, capsys, "gate", str(EXAMPLE), "--policy", str(path), "--format", "json",
+                               "--fail-on", "error")
+    _clean_exit(code, out, err, allowed=(0,))
+    assert "excess-headroom" not in out and "-0." not in out
+
+
+SMI = {
+    "unicode-digits": "index, memory.used [MiB], memory.free [MiB]\n0, ²³ MiB, 100 MiB\n",
+    "negative": "index, memory.used [MiB], memory.free [MiB]\n0, -5 MiB, 100 MiB\n",
+    "text": "index, memory.used [MiB], memory.free [MiB]\n0, lots MiB, 100 MiB\n",
+    "huge-index": "0" * 5000 + ", 100, 100\n",
+    "unicode-index": "٣, 100, 100\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMI))
+def test_nvidia_smi_cells_that_are_not_figures(name, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "smi.csv"
+    path.write_text(SMI[name], encoding="utf-8")
+    code, out, err = run_entry(monkeypatch, capsys, "explain", str(EXAMPLE), "--nvidia-smi-file", str(path))
+    _clean_exit(code, out, err, allowed=(2,))
+
+
+def test_not_applicable_cells_stay_unknown(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "smi.csv"
+    path.write_text("index, memory.used [MiB], memory.free [MiB]\n0, [N/A], [N/A]\n")
+    code, out, err = run_entry(monkeypatch, capsys, "explain", str(EXAMPLE), "--nvidia-smi-file", str(path))
+    _clean_exit(code, out, err, allowed=(0,))
+
+
+@pytest.mark.parametrize("flag, command", [("--config-json", "explain"), ("--policy", "gate"), ("--baseline", "gate"),
+                                           ("--nvidia-smi-file", "explain")])
+def test_dev_zero_as_a_side_input_is_refused_quickly(flag, command, monkeypatch, capsys):
+    start = time.monotonic()
+    code, out, err = run_entry(monkeypatch, capsys, command, str(EXAMPLE), flag, "/dev/zero")
+    _clean_exit(code, out, err, allowed=(2,))
+    assert time.monotonic() - start < 10
+
+
+# ---- streams and files -------------------------------------------------------------------------
+
+def _run(args, **kwargs):
+    done = subprocess.run(CAPDIAG + args, capture_output=True, text=True, timeout=60, cwd=REPO, **kwargs)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def test_closed_stdin_and_stdout():
+    done = subprocess.run(CAPDIAG + ["explain", "-"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    closed_in = subprocess.run(" ".join(CAPDIAG) + " explain - <&-", shell=True, capture_output=True, text=True,
+                               timeout=60, cwd=REPO)
+    assert closed_in.returncode == 2 and "standard input is closed" in closed_in.stderr
+    closed_out = subprocess.run(" ".join(CAPDIAG) + f" explain {EXAMPLE} >&-", shell=True, capture_output=True,
+                                text=True, timeout=60, cwd=REPO)
+    assert closed_out.returncode == 2 and "standard output is closed" in closed_out.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("args", [["rules"], ["explain", str(EXAMPLE)], ["explain", str(EXAMPLE), "--format", "json"]])
+def test_a_full_disk_on_stdout_is_one_line(args):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(CAPDIAG + args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "cannot be written" in done.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_run_quietly():
+    done = subprocess.run(" ".join(CAPDIAG) + f" explain {EXAMPLE} --format json | head -c 10", shell=True,
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr
+
+
+def test_an_unreadable_file_is_one_line():
+    done = _run(["explain", "/proc/self/mem"])
+    assert done.returncode == 2
+
+
+def _limit_file_size():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+
+def test_a_failed_output_write_keeps_the_old_file(tmp_path):
+    target = tmp_path / "report.json"
+    target.write_text("the previous report\n")
+    done = subprocess.run(CAPDIAG + ["explain", str(EXAMPLE), "--format", "json", "-o", str(target)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO, preexec_fn=_limit_file_size)
+    assert done.returncode == 2 and "cannot be written" in done.stderr and "Traceback" not in done.stderr
+    assert target.read_text() == "the previous report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # no temporary file left
+    ok = _run(["explain", str(EXAMPLE), "--format", "json", "-o", str(target)])
+    assert ok.returncode == 0 and json.loads(target.read_text())["framework"] == "sglang"
+
+
+# ---- unbounded work ----------------------------------------------------------------------------
+
+def test_soft_wrapped_lines_join_within_a_bound():
+    lines = [(1, "[2026-03-02 09:14:16] Load weight begin. avail mem=78.43 GB,")]
+    lines += [(n, "x" * 90 + ",") for n in range(2, 100_002)]  # 9 MB of comma-continued lines
+    start = time.monotonic()
+    found = list(candidate_lines(lines))
+    assert time.monotonic() - start < 10
+    assert found and all(len(l.text) <= MAX_JOINED and len(l.raw) <= MAX_JOINED for l in found)
+
+
+def test_a_record_continued_by_long_lines_stays_bounded():
+    head = TEXT.splitlines()[0][:-1] + ", extra=["
+    lines = [(1, head)] + [(n, "1, " * (1 << 17)) for n in range(2, 40)] + [(40, "])")]
+    start = time.monotonic()
+    found = list(candidate_lines(lines))
+    assert time.monotonic() - start < 10
+    assert all(len(l.text) <= MAX_JOINED for l in found)
+
+
+def test_one_long_server_args_line_is_parsed_in_bounded_time(tmp_path):
+    text = _sub(TEXT, "tokenizer_mode='auto'", "tokenizer_mode='auto', extra='" + "y" * (1 << 20) + "'")
+    start = time.monotonic()
+    a = analyse(_log(tmp_path, text))
+    assert time.monotonic() - start < 15
+    # the fields before the cut are kept
+    assert a.knowledge.value("config", "model") == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_random_binary_without_nuls_is_refused(tmp_path, monkeypatch, capsys):
+    import random
+    rng = random.Random(14)
+    data = bytes(rng.choice(range(1, 256)) for _ in range(200_000))
+    path = tmp_path / "random.bin"
+    path.write_bytes(data)
+    code, out, err = run_entry(monkeypatch, capsys, "explain", str(path))
+    _clean_exit(code, out, err, allowed=(2,))
+    assert "binary" in err
+
+
+def test_lookups_per_rank_do_not_scan_every_fact():
+    facts = tuple(F.LoadWeightBegin(evidence=F.Evidence(n, "x"), rank=F.Rank(tp=n), avail_gib=1.0)
+                  for n in range(20_000))
+    kb = Knowledge(facts)
+    start = time.monotonic()
+    assert all(kb.first(F.LoadWeightBegin, (0, 0, n, "")).rank.tp == n for n in range(20_000))
+    assert time.monotonic() - start < 5
+
+
+def test_many_ranks_and_many_launches_finish(tmp_path):
+    lines = TEXT.splitlines()
+    body = [l.split("] ", 1)[1] for l in lines[2:19] if l.startswith("[")]
+    ranks = [lines[0].replace("tp_size=1", "tp_size=500")]
+    ranks += [f"[2026-03-02 09:14:16 TP{r}] {b}" for b in body for r in range(500)]
+    start = time.monotonic()
+    a = analyse(_log(tmp_path, "\n".join(ranks + lines[19:]) + "\n", "ranks.log"))
+    assert len({f.rank.tp for f in a.launch.facts if f.rank.tp is not None}) == 500
+    launches = analyse(_log(tmp_path, (TEXT + "\n") * 300, "launches.log"))
+    assert len(launches.launches) == 300
+    assert time.monotonic() - start < 60
+
+
+# ---- an invented value -------------------------------------------------------------------------
+
+def test_an_unstated_kv_dtype_stays_unknown(tmp_path):
+    text = _sub(TEXT, "kv_cache_dtype='auto', ", "")
+    a = analyse(_log(tmp_path, text))
+    assert not a.knowledge.get("kv_pool", "dtype").known
+    assert a.knowledge.get("finding", "fp8-kv-opportunity") is None
+    stated = analyse(str(EXAMPLE))
+    assert stated.knowledge.value("kv_pool", "dtype") == "torch.bfloat16"
+
+
+# ---- output injection --------------------------------------------------------------------------
+
+HOSTILE = ("\x1b]0;owned\x07\x1b]2;t\x1b\\\x1b[2J\x1b[1;1H\r\r<img src=x onerror=alert(1)>\b\b\x9b31m"
+           "\u202e| *x* [a](javascript:1) ::error::injected\x0b\x0c\x7f")
+
+
+def _hostile_log(tmp_path) -> str:
+    text = _sub(TEXT, "tokenizer_mode='auto'", "tokenizer_mode='" + HOSTILE.replace("'", "") + "'")
+    text = _sub(text, "Init torch distributed begin.", "Init torch distributed begin. " + HOSTILE)
+    text = _sub(text, "mem usage=14.99 GB.", "mem usage=14.99 GB. " + HOSTILE)
+    return _log(tmp_path, text)
+
+
+def _markup_outside_code(text: str) -> bool:
+    """Whether `<img`/`<script` stands outside a markdown code span (inside one it is shown as text)."""
+    plain = re.sub(r"`[^`\n]*`", "", text)
+    return "<img" in plain or "<script" in plain
+
+
+_CONTROL = [chr(c) for c in range(32) if chr(c) not in "\n\t"] + [chr(c) for c in range(0x7f, 0xa0)] + ["\u202e"]
+
+
+def _no_control(text: str) -> None:
+    bad = sorted({repr(c) for c in text if c in _CONTROL})
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "json", "html"])
+def test_explain_outputs_carry_no_control_character_or_markup(fmt, tmp_path, monkeypatch, capsys):
+    code, out, err = run_entry(monkeypatch, capsys, "explain", _hostile_log(tmp_path), "--format", fmt, "--no-color")
+    _clean_exit(code, out, err, allowed=(0,))
+    _no_control(out)
+    if fmt == "html":
+        assert "<img" not in out
+    if fmt == "markdown":
+        assert not _markup_outside_code(out)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif", "junit", "github"])
+def test_gate_outputs_carry_no_control_character_or_markup(fmt, tmp_path, monkeypatch, capsys):
+    summary = tmp_path / "summary.md"
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"schema": "capdiag.baseline/2", "entries": [
+        {"fingerprint": "stale", "code": HOSTILE, "rule": "<script>x</script>", "log": HOSTILE}]}))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    code, out, err = run_entry(monkeypatch, capsys, "gate", _hostile_log(tmp_path), "--format", fmt,
+                               "--fail-on", "info", "--baseline", str(baseline))
+    _clean_exit(code, out, err, allowed=(0, 1, 2))
+    _no_control(out + err)
+    if fmt == "junit":
+        xml.dom.minidom.parseString(out.encode("utf-8"))  # well-formed
+    if fmt == "github":
+        written = summary.read_text()
+        _no_control(written)
+        assert not _markup_outside_code(written)
+        assert all(l.startswith(("::", "capdiag gate:")) for l in out.splitlines())
+
+
+@pytest.mark.parametrize("args", [["facts"], ["facts", "--format", "json"], ["explain", "--trace"],
+                                  ["diff", str(EXAMPLE)]])
+def test_other_outputs_carry_no_control_character(args, tmp_path, monkeypatch, capsys):
+    argv = [args[0], _hostile_log(tmp_path), *args[1:]]
+    code, out, err = run_entry(monkeypatch, capsys, *argv)
+    _clean_exit(code, out, err, allowed=(0,))
+    _no_control(out + err)
+
+
+def test_an_error_message_carries_no_control_character(tmp_path, monkeypatch, capsys):
+    code, out, err = run_entry(monkeypatch, capsys, "explain", str(tmp_path / ("x\x1b]0;t\x07\r.log")))
+    _clean_exit(code, out, err, allowed=(2,))
+    _no_control(err)
