@@ -466,3 +466,24 @@ def test_an_error_message_carries_no_control_character(tmp_path, monkeypatch, ca
     code, out, err = run_entry(monkeypatch, capsys, "explain", str(tmp_path / ("x\x1b]0;t\x07\r.log")))
     _clean_exit(code, out, err, allowed=(2,))
     _no_control(err)
+
+
+def test_an_optional_figure_out_of_range_is_unknown_and_the_rest_of_the_line_read():
+    # PyTorch's OOM message can print an absurd "memory in use" beside real figures: the line
+    # must still be read (it is the root cause), with that one figure unknown and named
+    from capdiag.parsing import read_facts
+    from capdiag.source import Line
+
+    text = ("(EngineCore_DP0 pid=88) ERROR 03-10 07:38:43 [core.py:1006] torch.OutOfMemoryError: CUDA out "
+            "of memory. Tried to allocate 260.00 MiB. GPU 0 has a total capacity of 6.00 GiB of which 0 bytes "
+            "is free. Including non-PyTorch memory, this process has 17179869184.00 GiB memory in use. Of the "
+            "allocated memory 12.43 GiB is allocated by PyTorch, and 53.63 MiB is reserved by PyTorch but "
+            "unallocated.")
+    found = list(read_facts([Line(1, text, text)]))
+    oom = [f for f in found if isinstance(f, F.OutOfMemory)]
+    assert len(oom) == 1
+    assert (oom[0].tried_to_allocate_mib, oom[0].total_capacity_gib, oom[0].allocated_by_pytorch_gib) == \
+        (260.0, 6.0, 12.43)
+    assert oom[0].process_in_use_gib is None
+    notes = [f.reason for f in found if isinstance(f, F.UnreadLine)]
+    assert notes == ["OutOfMemory: process_in_use_gib=17179869184.0 is out of range: left unknown"]

@@ -5,6 +5,8 @@ A line is offered to each framework's grammar in turn (only the one named, with
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Iterable, Iterator, Optional
 
 import attrs
@@ -45,10 +47,16 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:160]}" if not isinstance(exc, OutOfRange) else str(exc)
 
 
+@functools.lru_cache(maxsize=None)
+def _optional(cls: type) -> frozenset:
+    """The attributes a fact class may lack (their default is None)."""
+    return frozenset(a.name for a in attrs.fields(cls) if a.default is None)
+
+
 def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
     out: list[F.Fact] = []
     for parsed in _parse(line.text, framework):
-        values, notes = check_values(parsed.values)
+        values, notes = check_values(parsed.values, _optional(parsed.cls))
         if not rank_in_range(attrs.asdict(parsed.rank)):
             raise OutOfRange(f"rank tag {parsed.rank.label} is out of range")
         role = values.pop("_role", None)

@@ -1,7 +1,9 @@
 """The range check at the fact boundary: a fact never holds inf, nan or an absurd magnitude.
 
-A line of a known kind whose own figure is out of range is not read (the report names it and
-why), so the value it states stays unknown downstream. Inside a record (server_args, vLLM's
+A figure out of range that the fact may lack (an optional attribute) becomes unknown and is
+named, so the rest of the line is still read (PyTorch's OOM message can print an absurd "memory
+in use" beside real figures); a line whose required figure is out of range is not read (the
+report names it and why), so the value it states stays unknown downstream. Inside a record (server_args, vLLM's
 arguments and engine config) only the entries that hold such a number are dropped, and named.
 """
 from __future__ import annotations
@@ -52,23 +54,24 @@ def _nested_ok(value: Any) -> bool:
 
 # the last results, by the identity of the values checked: a body parsed once for many lines
 # (one per rank, a relaunch) hands the same values again, and a record is costly to walk
-_CHECKED: dict[int, tuple[dict, tuple[dict, list]]] = {}
+_CHECKED: dict[int, tuple[dict, frozenset, tuple[dict, list]]] = {}
 
 
-def check_values(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def check_values(values: dict[str, Any], optional: frozenset = frozenset()) -> tuple[dict[str, Any], list[str]]:
     """The attribute values of one fact, range-checked (a new dict); and notes naming record
-    entries dropped. Raises OutOfRange when one of the line's own figures is out of range."""
+    entries dropped and `optional` attributes made unknown. Raises OutOfRange when one of the
+    line's required figures is out of range."""
     hit = _CHECKED.get(id(values))
-    if hit is not None and hit[0] is values:
-        return dict(hit[1][0]), list(hit[1][1])
-    result = _check(values)
+    if hit is not None and hit[0] is values and hit[1] == optional:
+        return dict(hit[2][0]), list(hit[2][1])
+    result = _check(values, optional)
     if len(_CHECKED) >= 256:
         _CHECKED.clear()
-    _CHECKED[id(values)] = (values, result)
+    _CHECKED[id(values)] = (values, optional, result)
     return dict(result[0]), list(result[1])
 
 
-def _check(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _check(values: dict[str, Any], optional: frozenset) -> tuple[dict[str, Any], list[str]]:
     out, notes = dict(values), []
     for key, value in values.items():
         if key == "fields" and isinstance(value, dict):
@@ -81,7 +84,10 @@ def _check(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                 if not in_range(number, _limit(str(sub))):
                     raise OutOfRange(f"{sub}={number!r} is out of range")
         elif not in_range(value, _limit(key)):
-            raise OutOfRange(f"{key}={value!r} is out of range")
+            if key not in optional:
+                raise OutOfRange(f"{key}={value!r} is out of range")
+            out[key] = None
+            notes.append(f"{key}={value!r} is out of range: left unknown")
     return out, notes
 
 
