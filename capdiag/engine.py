@@ -182,8 +182,20 @@ def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
     return wrap
 
 
+class _FirstLast:
+    """`first`/`last` over `of`, for the knowledge base and a rule's view of it alike."""
+
+    def first(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
+        found = self.of(kind, rank=rank, role=role)
+        return found[0] if found else None
+
+    def last(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
+        found = self.of(kind, rank=rank, role=role)
+        return found[-1] if found else None
+
+
 @attrs.define
-class Knowledge:
+class Knowledge(_FirstLast):
     """What the rules see: the analysed launch's facts, the user's inputs, conclusions so far."""
 
     facts: tuple[F.Fact, ...]
@@ -204,14 +216,6 @@ class Knowledge:
             rows.sort(key=lambda row: row[0])
         return [f for _, f in rows if role is None or f.role == role]
 
-    def first(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
-        found = self.of(kind, rank=rank, role=role)
-        return found[0] if found else None
-
-    def last(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
-        found = self.of(kind, rank=rank, role=role)
-        return found[-1] if found else None
-
     def get(self, topic: str, key: Any = None) -> Optional[Derived]:
         return self.derived.get((topic, key))
 
@@ -231,7 +235,7 @@ class Knowledge:
         return {**r.thresholds, **self.policy(r.name).get("thresholds", {})}
 
 
-class View:
+class View(_FirstLast):
     """The knowledge base as one rule may see it: only what the rule declared, and a record of
     every conclusion handed over (in the order handed, each once)."""
 
@@ -257,14 +261,6 @@ class View:
     def of(self, *kinds: type, rank: Optional[tuple] = None, role: Optional[str] = "target") -> list:
         self._check_kinds(kinds)
         return self._kb.of(*kinds, rank=rank, role=role)
-
-    def first(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
-        found = self.of(kind, rank=rank, role=role)
-        return found[0] if found else None
-
-    def last(self, kind: type, rank: Optional[tuple] = None, role: Optional[str] = "target"):
-        found = self.of(kind, rank=rank, role=role)
-        return found[-1] if found else None
 
     def handed_fact(self, fact: F.Fact) -> bool:
         """The fact is of a declared class, or one that a conclusion handed over rests on."""
