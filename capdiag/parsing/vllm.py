@@ -7,9 +7,10 @@ from typing import Any, Optional
 
 import attrs
 from lark import Lark, Token, Transformer
+from lark.exceptions import LarkError
 
 from capdiag import facts as F
-from capdiag.parsing.literal import parse_call_or_dict
+from capdiag.parsing.literal import parse_call_or_dict, parse_literal
 from capdiag.parsing.prose import name_numbers, read_oom_message, split_quantity
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.lalr import lalr_parser
@@ -289,6 +290,18 @@ class _Lines(Transformer):
             args["model"] = words[0]  # `vllm serve MODEL`
         return (F.LaunchCommand, {"program": str(items[0]).split()[-1], "args": args})
 
+    def argv_command(self, items):
+        """`['vllm', 'serve', MODEL, '--max_num_seqs', '8', …]`: the list read as a Python
+        literal (never evaluated), then as a command line; a list with no option is no command."""
+        text = str(items[0])
+        try:
+            argv = parse_literal(text[text.index("["):])
+        except (LarkError, ValueError):
+            return None
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            return None
+        return argv_launch(argv)
+
     def start(self, items):
         body = items[-1]
         if body is None:
@@ -296,6 +309,33 @@ class _Lines(Transformer):
         rank = items[0] if len(items) > 1 and isinstance(items[0], F.Rank) else F.NO_RANK
         bodies = body if isinstance(body, list) else [body]
         return [Parsed(rank, cls, values) for cls, values in bodies]
+
+
+def argv_launch(argv: list[str]):
+    """A launch command's facts from its argument vector: the program (`vllm serve`, the module
+    after `-m`, else the first element), the model a `serve` names, and each `--opt value` /
+    `--opt=value`; None when it holds no option."""
+    if not any(a.startswith("--") for a in argv):
+        return None
+    program, args, rest = argv[0] if argv and not argv[0].startswith("-") else "argv", {}, list(argv)
+    if "-m" in rest[:-1]:
+        program = rest[rest.index("-m") + 1]
+    elif "serve" in rest:
+        at = rest.index("serve")
+        program = " ".join(rest[max(0, at - 1):at + 1])
+        if at + 1 < len(rest) and not rest[at + 1].startswith("-"):
+            args["model"] = rest[at + 1]
+    for at, word in enumerate(rest):
+        if word.startswith("--") and len(word) > 2:
+            following = rest[at + 1] if at + 1 < len(rest) else None
+            value = following if following is not None and (not following.startswith("-") or _NUMBER.match(following)) \
+                else None
+            name, _, inline = word[2:].partition("=")
+            args[name.replace("-", "_")] = inline or value
+    return (F.LaunchCommand, {"program": program, "args": args})
+
+
+_NUMBER = re.compile(r"-\d")
 
 
 @lru_cache(maxsize=1)
