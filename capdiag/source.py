@@ -52,6 +52,9 @@ KEYWORDS = (
     "vllm serve", "-m vllm.", "attention block size", "vllm-openai", "docker run", "for KV cache on node", "Starting to load model",
     # an argument vector printed as a Python list (a Ray actor's argv): its opening and its options
     "['", '["', "'--", '"--',
+    # other backends' memory lines (XPU, HPU, TPU)
+    "Model profiling run took", "Initializing cache engine took", "init_cache_engine took", "Free device memory",
+    "Memory statistics |",
     # tracebacks and dying processes (both): every exception class name holds one of these
     "Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt", "Failure",
     "Timeout", "Killed", "sigquit", "Value error,",
