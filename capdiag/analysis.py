@@ -10,7 +10,7 @@ from capdiag.engine import Firing, Knowledge, run
 from capdiag.errors import InputError
 from capdiag.failures import root_cause
 from capdiag.launches import Launch, ends_startup, pick_launch, split_launches
-from capdiag.parsing import FRAMEWORKS, detect_framework, framework_of, read_facts
+from capdiag.parsing import FRAMEWORKS, detect_framework, framework_of, read_facts, worker_ranks
 from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
@@ -83,7 +83,7 @@ def read_log(log: LogInput, framework: Optional[str] = None, until_ready: Option
                 "pass --framework sglang or vllm to analyse it") if failure is not None else ""
         raise InputError(f"{path}: neither an SGLang nor a vLLM start-up log "
                          f"(no start-up line of either recognised in {counter.count} lines){seen}")
-    facts = [f for f in facts if framework_of(f) in (None, chosen)]
+    facts = worker_ranks([f for f in facts if framework_of(f) in (None, chosen)])
     if not facts:
         raise InputError(f"{path}: no {framework} start-up line recognised in {counter.count} lines (--framework {framework})")
     if traffic is not None:

@@ -72,7 +72,7 @@ def spec_fact(entry: dict[str, Any], matched_by: str) -> F.GpuSpec:
             f"(matched by {matched_by})")
     return F.GpuSpec(evidence=F.Evidence(F.INPUT_LINE, text, 0, "references"), alias=entry["alias"],
                      names=tuple(entry["names"]), matched_by=matched_by,
-                     nominal_gb=entry.get("vendor_nominal_gb"),
+                     nominal_gb=entry.get("vendor_nominal_gb"), nominal_unit=entry.get("vendor_nominal_unit", "GB"),
                      observed_total_mib=tuple(entry.get("observed_total_mib") or ()),
                      memory_type=entry.get("memory_type"), shared_system_memory=bool(entry.get("shared_system_memory")),
                      source_url=entry.get("source_url"), observed_source=entry.get("observed_source"),

@@ -235,6 +235,8 @@ def build(a: Analysis) -> dict[str, Any]:
         "stand_ins": [{"kind": STAND_IN_KINDS[kind], "rank": d.detail.get("rank") if d.known else None,
                        "derivation": d.formula if d.known else _reason(d)}
                       for kind in STAND_IN_KINDS if (d := kb.get("stand_in", kind.__name__)) is not None],
+        "worker_ranks": [{"process": d.key, "rank": d.value if d.known else None,
+                          "derivation": d.formula if d.known else _reason(d)} for d in kb.topic("worker_ranks")],
         "ranks": ranks,
         "rank_columns": [heading for heading, _ in shown],
         "binding_rank": None if binding is None else {"label": binding.value, "derivation": binding.formula,

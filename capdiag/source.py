@@ -54,7 +54,7 @@ KEYWORDS = (
     "['", '["', "'--", '"--',
     # other backends' memory lines (XPU, HPU, TPU)
     "Model profiling run took", "Initializing cache engine took", "init_cache_engine took", "Free device memory",
-    "Memory statistics |",
+    "Memory statistics |", "is assigned as",
     # tracebacks and dying processes (both): every exception class name holds one of these
     "Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt", "Failure",
     "Timeout", "Killed", "sigquit", "Value error,",
@@ -144,8 +144,9 @@ _JSON_LINE = re.compile(r'^\s*\{.*"(?:log|message|msg|textPayload)"\s*:')
 _JSON_FIELDS = ("log", "message", "msg", "textPayload")
 # A log line glued after a progress bar that had no newline: split before its prefix.
 _GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
-# Ray's de-duplication note at the end of a line.
-_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]$")
+# Ray's de-duplication mark at the end of a line (the first time, with its explanation after it):
+# the line stands for N more lines of other processes that differ from it only in their numbers.
+_RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\](?:\s*\(Ray deduplicates logs[^)]*\))?\s*$")
 # Records that vLLM and SGLang print on one very long line; a paste that hard-wrapped them
 # continues on lines without a header of their own.
 _RECORD = re.compile(r"with config:|non-default args:|args: Namespace\(|server_args[=:]")
@@ -474,11 +475,17 @@ def clean(raw: str) -> list[str]:
     for piece in pieces:
         for part in _GLUED.split(piece) if "[" in piece else [piece]:
             part = _TRANSPORT.sub("", part, count=1).strip()
-            if part.endswith("cluster]"):
+            if "across cluster]" in part:
                 part = _RAY_REPEAT.sub("", part)
             if part:
                 out.append(part)
     return out
+
+
+def ray_repeats(raw: str) -> int:
+    """How many more lines Ray folded into this one (`[repeated 3x across cluster]`), else 0."""
+    found = _RAY_REPEAT.search(raw) if "across cluster]" in raw else None
+    return int(found.group(1)) if found else 0
 
 
 def open_brackets(text: str) -> int:

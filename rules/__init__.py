@@ -8,7 +8,7 @@ rest is shared.
 """
 from capdiag.rules.derive import (breakdown, concurrency, config, failure_cause, gpu, kv_pool, kv_theory, nvidia_smi,
                                   pool_cap, ranks, runtime, stand_in, startup_phase, target_rank, vllm_breakdown,
-                                  vllm_capacity, vllm_config, weights_theory)
+                                  vllm_capacity, vllm_config, weights_theory, worker_ranks)
 from capdiag.rules.findings import (context_exceeds_kv, cuda_graph_estimate_off, cuda_graph_heavy,
                                     deepgemm_jit_suspected, dp_attention_budget, excess_headroom, fp8_kv_opportunity,
                                     gpu_capacity_ambiguous, kernel_cache_cold, kv_capacity_binds, kv_head_replication,
@@ -54,7 +54,7 @@ VLLM = (
     vllm_capacity.concurrency_check,
 )
 
-COMMON_BEFORE = (target_rank.target_rank, stand_in.stand_in, gpu.identity, gpu.total)
+COMMON_BEFORE = (target_rank.target_rank, stand_in.stand_in, worker_ranks.worker_ranks, gpu.identity, gpu.total)
 
 COMMON_AFTER = (
     nvidia_smi.ranks,

@@ -256,10 +256,11 @@ def test_gpu_total_gib_beats_nvidia_smi():
 
 
 def test_nominal_fallback_is_flagged():
-    # MI325X: the reference has no observed total, only the vendor's 256 GB
-    g = gpu_of(gpu="mi325x")
+    # Ascend 910B: the reference has no observed total, only the vendor's 64 GB (MI325X's 256 is
+    # GiB in its source: test_a_nominal_size_the_vendor_states_in_gib_is_not_converted_from_gb)
+    g = gpu_of(gpu="ascend910b")
     assert g["total_source"] == "nominal"
-    assert g["total_gib"] == round(256e9 / GIB, 2) == 238.42
+    assert g["total_gib"] == round(64e9 / GIB, 2) == 59.6
     assert "NOMINAL" in g["total_derivation"]
 
 
@@ -426,6 +427,8 @@ def test_documented_query_alone_gives_total_framework_and_other(tmp_path):
     ("rtx3090", "rtx3090"), ("3090", "rtx3090"), ("RTX 3090", "rtx3090"), ("nvidia geforce rtx 3090", "rtx3090"),
     ("5070-ti", "rtx5070ti"), ("a6000", "rtx_a6000"), ("A40", "a40"), ("4090D", "rtx4090d"), ("rtx4080", "rtx4080"),
     ("rtx5080", "rtx5080"), ("mi300a", "mi300a"), ("910B", "ascend910b"), ("gb10", "gb10_dgx_spark"),
+    ("910C", "ascend910c"), ("Ascend-910C", "ascend910c"), ("MTT S4000", "mtt_s4000"), ("s4000", "mtt_s4000"),
+    ("h100-nvl", "h100_nvl"), ("GH200", "gh200"), ("MI325X", "mi325x"), ("mi355x", "mi355x"), ("l40s", "l40s"),
 ])
 def test_gpu_spellings(spelling, alias):
     rep = build(analyse(LOG_SINGLE, gpu=spelling))
@@ -455,3 +458,22 @@ def test_new_reference_entries_carry_their_sources():
         assert entries[alias]["observed_total_mib"][0] == mib and entries[alias]["observed_source"]
         assert entries[alias]["source_url"].startswith("https://")
     assert entries["mi300a"]["shared_system_memory"] and entries["ascend910b"]["vendor_nominal_gb"] == 64
+
+
+@pytest.mark.parametrize("alias, gib", [("mi325x", 256.0), ("mi355x", 288.0)])
+def test_a_nominal_size_the_vendor_states_in_gib_is_not_converted_from_gb(alias, gib):
+    """ROCm's table gives MI325X 256 GiB and MI355X 288 GiB: taken as they are (marked nominal),
+    not as decimal GB (which would give 238.42 and 268.22)."""
+    rep = build(analyse(LOG_SINGLE, gpu=alias))
+    assert rep["gpu"]["total_gib"] == gib and rep["gpu"]["total_source"] == "nominal"
+    assert f"{int(gib)} GiB as the vendor states it" in rep["gpu"]["total_derivation"]
+
+
+def test_chinese_accelerators_carry_their_sources_and_stay_nominal():
+    from capdiag.gpus import gpu_specs
+    entries = {e["alias"]: e for e in gpu_specs()}
+    assert entries["ascend910c"]["vendor_nominal_gb"] == 128 and entries["mtt_s4000"]["vendor_nominal_gb"] == 48
+    for alias in ("ascend910c", "mtt_s4000"):
+        assert entries[alias]["source_url"].startswith("https://") and entries[alias]["observed_total_mib"] == []
+    rep = build(analyse(LOG_SINGLE, gpu="mtt-s4000"))
+    assert rep["gpu"]["total_gib"] == round(48e9 / (1 << 30), 2) and rep["gpu"]["total_source"] == "nominal"

@@ -111,9 +111,9 @@ def recognised(framework: str, text: str) -> bool:
 def expected_rank(text: str) -> dict:
     if text.startswith(("untagged", "none")):
         return {}
-    if text.startswith("worker="):
-        return {"worker": text[len("worker="):]}
-    return {key: int(n) for key, n in (part.split("=", 1) for part in text.split())}
+    text, _, worker = text.partition("worker=")  # a process label, last: it may hold blanks and commas
+    tags = {key: int(n) for key, n in (part.split("=", 1) for part in text.replace(",", " ").split())}
+    return {**tags, "worker": worker} if worker else tags
 
 
 def expected_fact(segment: str) -> tuple[str, dict]:

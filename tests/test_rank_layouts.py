@@ -54,8 +54,12 @@ def test_workers_that_disagree_leave_the_figure_unknown_with_the_spread():
 
 def test_ray_cluster_lines_with_nested_prefixes_and_repeat_notes():
     report = corpus_report(fixture("vllm_ray_workers.log"))
-    assert row(report, "weights")["gib"] == 32.8892
-    assert "the 3 ranks that printed one agree" in stand_ins(report)["`Model loading took`"]["derivation"]
+    # pid=2390's own line places it at TP0: its `Model loading took` is the target's, no stand-in
+    assert report["target_rank"] == "DP0 PP0 TP0 (RayWorkerWrapper pid=2390)"
+    assert row(report, "weights")["gib"] == 32.8892 and "`Model loading took`" not in stand_ins(report)
+    kv = stand_ins(report)["`Available KV cache memory`"]["derivation"]
+    assert "DP0 PP0 TP1 (RayWorkerWrapper pid=714, ip=10.0.3.17)'s (line 8) stands in" in kv
+    assert "Ray folded 3 more such line(s)" in kv and "may differ" in kv
     assert row(report, "kv_cache")["gib"] == 36.07 and row(report, "cuda_graph")["gib"] == 1.12
     # the engine core's own lines are TP0's: no stand-in for them
     assert report["observed"]["kv_cache_tokens"] == 472768
@@ -86,3 +90,28 @@ def test_a_target_that_printed_its_own_line_keeps_it():
     # every worker printed weights; TP0 (rank=0) its own: nothing stands in
     report = corpus_report(fixture("vllm_v092_tp2.log"))
     assert report["stand_ins"] == [] and row(report, "kv_cache")["gib"] == 34.48
+
+
+def test_ray_workers_are_placed_by_their_own_rank_lines_and_never_guessed():
+    """`rank 1 in world size 4 is assigned as … TP rank 1` places the worker that printed it; the
+    line Ray folded ([repeated 3x across cluster]) stood for three workers whose ranks are not in
+    the log: pid=716 keeps no rank, with the reason."""
+    report = corpus_report(fixture("vllm_ray_workers.log"))
+    placed = {w["process"]: w for w in report["worker_ranks"]}
+    assert placed["RayWorkerWrapper pid=2390"]["rank"] == "DP0 PP0 TP0"
+    assert placed["RayWorkerWrapper pid=714, ip=10.0.3.17"]["rank"] == "DP0 PP0 TP1"
+    assert "line 4" in placed["RayWorkerWrapper pid=714, ip=10.0.3.17"]["derivation"]
+    unplaced = placed["RayWorkerWrapper pid=716, ip=10.0.3.18"]
+    assert unplaced["rank"] is None and "Ray folded 3 assignment line(s)" in unplaced["derivation"]
+    tp1 = next(r for r in report["ranks"] if r["rank"]["process"] == "RayWorkerWrapper pid=714, ip=10.0.3.17")
+    assert tp1["rank"]["tp"] == 1
+
+
+def test_ray_dedup_mark_and_its_first_time_explanation_are_removed_and_counted():
+    from capdiag.source import clean, ray_repeats
+    line = ("(RayWorkerWrapper pid=7, ip=10.0.0.2) INFO 05-16 09:49:32 [parallel_state.py:1004] rank 15 in world "
+            "size 16 is assigned as DP rank 0, PP rank 1, TP rank 7 [repeated 14x across cluster] (Ray deduplicates "
+            "logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://docs.ray.io/en/master/"
+            "ray-observability/user-guides/configure-logging.html#log-deduplication for more options.)")
+    assert clean(line) == [line.split(" [repeated")[0]] and ray_repeats(line) == 14
+    assert ray_repeats("INFO x Model loading took 1.0 GiB") == 0

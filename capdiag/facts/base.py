@@ -22,6 +22,9 @@ class Evidence:
     launch: int = 1
     source: str = "log"
     read_to: Optional[int] = None  # a damaged line: only its text before this column was read
+    # Ray folded this many more lines of other processes into this one ([repeated Nx across
+    # cluster]); it compares lines without their numbers, so theirs may differ and are not shown
+    repeated: int = 0
 
 
 @attrs.frozen(order=True)
@@ -62,9 +65,11 @@ class Rank:
         return " ".join(parts) or "untagged (TP0)"
 
     def key(self) -> tuple:
-        """Sort/identity key that treats an untagged line as TP0."""
+        """Sort/identity key that treats an untagged line as TP0; a process whose rank the log
+        states (capdiag.parsing.worker_ranks) is that rank, whatever its label."""
         index = self.tp_index
-        return (self.dp or 0, self.pp or 0, index if index is not None else 1 << 20, self.worker or "")
+        return (self.dp or 0, self.pp or 0, index if index is not None else 1 << 20,
+                self.worker or "" if self.tp is None else "")
 
 
 NO_RANK = Rank()

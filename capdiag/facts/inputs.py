@@ -24,6 +24,7 @@ class GpuSpec(Fact):
     names: tuple[str, ...]
     matched_by: str  # what named it: "--gpu h200", "nvidia-smi name 'NVIDIA H200'", …
     nominal_gb: Optional[float] = None
+    nominal_unit: str = "GB"  # AMD's ROCm table gives binary GiB
     observed_total_mib: tuple[int, ...] = ()
     memory_type: Optional[str] = None
     shared_system_memory: bool = False

@@ -203,6 +203,20 @@ class VllmEngineReady(Fact):
 
 
 @attrs.frozen(kw_only=True)
+class VllmRankAssignment(Fact):
+    """`rank R in world size W is assigned as DP rank a, PP rank b, TP rank c, EP rank d` (0.8+,
+    parallel_state.py): which ranks the process that printed it holds. A Ray or multiprocessing
+    worker whose prefix names no rank is placed by this line (capdiag.parsing.worker_ranks)."""
+
+    global_rank: int
+    world_size: int
+    dp: Optional[int] = None
+    pp: Optional[int] = None
+    tp: Optional[int] = None
+    ep: Optional[int] = None
+
+
+@attrs.frozen(kw_only=True)
 class VllmHybridBlockSize(Fact):
     """`Setting attention block size to N tokens to ensure that attention page size is >= mamba
     page size`: the model is hybrid (attention + Mamba/linear layers)."""

@@ -18,7 +18,7 @@ from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.sglang import parse_sglang_line
 from capdiag.parsing.traceback import parse_traceback_line
 from capdiag.parsing.vllm import parse_vllm_line
-from capdiag.source import Line
+from capdiag.source import Line, ray_repeats
 
 FRAMEWORKS = ("sglang", "vllm")
 
@@ -61,7 +61,7 @@ def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
             raise OutOfRange(f"rank tag {parsed.rank.label} is out of range")
         role = values.pop("_role", None)
         extra = {"role": role, "role_stated": True} if role else {}
-        evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to)
+        evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to, repeated=ray_repeats(line.raw))
         out.append(parsed.cls(evidence=evidence, rank=parsed.rank, **values, **extra))
         out.extend(F.UnreadLine(evidence=evidence, rank=parsed.rank, reason=f"{parsed.cls.__name__}: {note}")
                    for note in notes)
@@ -110,6 +110,29 @@ def detect_framework(facts: Iterable[F.Fact]) -> Optional[str]:
         counts = frames
     best = max(counts.values())
     return None if best == 0 else max(FRAMEWORKS, key=lambda n: counts[n])
+
+
+def worker_ranks(facts: list[F.Fact]) -> list[F.Fact]:
+    """The facts with each worker process placed at the rank its own line states (`rank 1 in
+    world size 4 is assigned as DP rank 0, PP rank 0, TP rank 1`): a Ray or multiprocessing
+    worker's prefix names only its process (`RayWorkerWrapper pid=714, ip=10.0.3.17`). The label
+    stays with the rank; a process stated at two different ranks is left unplaced. Workers whose
+    line the log does not hold (Ray folds all but one into `[repeated Nx across cluster]`) stay
+    of unknown index: their rank is never guessed."""
+    stated: dict[str, set] = {}
+    for fact in facts:
+        if isinstance(fact, F.VllmRankAssignment) and fact.rank.worker and fact.rank.tp is None and fact.tp is not None:
+            stated.setdefault(fact.rank.worker, set()).add((fact.dp, fact.pp, fact.tp))
+    placed = {label: next(iter(ranks)) for label, ranks in stated.items() if len(ranks) == 1}
+    if not placed:
+        return facts
+    out = []
+    for fact in facts:
+        where = placed.get(fact.rank.worker) if fact.rank.worker and fact.rank.tp is None else None
+        if where is not None:
+            fact = attrs.evolve(fact, rank=attrs.evolve(fact.rank, dp=where[0], pp=where[1], tp=where[2]))
+        out.append(fact)
+    return out
 
 
 def with_launch(fact: F.Fact, launch: int) -> F.Fact:

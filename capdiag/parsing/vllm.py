@@ -280,6 +280,13 @@ class _Lines(Transformer):
                                    {"requested_gib": "GiB", "non_kv_gib": "GiB"}))
         return (F.VllmCpuKVSpace, values)
 
+    def rank_assignment(self, items):
+        text = str(items[0])
+        numbers = re.match(r"rank (\d+) in world size (\d+)", text)
+        parts = {name.lower(): int(value) for name, value in re.findall(r"\b(DP|PP|TP|EP) rank (\d+)", text)}
+        return (F.VllmRankAssignment, {"global_rank": int(numbers.group(1)), "world_size": int(numbers.group(2)),
+                                       **parts})
+
     # ---- other backends: each names its figures in its own words, mapped onto the profiling record
     _XPU_BEFORE = (("total gpu memory:", "total_gpu_memory_gib"), ("model load takes", "weights_gib"),
                    ("peak memory usage is", "peak_gib"), ("non-torch mem is", "non_torch_gib"),

@@ -52,7 +52,8 @@ def total(kb):
     total for the identified GPU, then nvidia-smi's memory.used + memory.free (the documented
     query has no total column; the driver's reserved memory is in neither figure, so this is a
     little under memory.total — said so), and only then the reference's nominal GB — converted
-    (GB × 10^9 / 2^30) and marked nominal, because marketing GB are not usable GiB."""
+    (GB × 10^9 / 2^30) and marked nominal, because marketing GB are not usable GiB; a nominal
+    figure the vendor states in GiB (AMD's ROCm table) is taken as it is, still marked nominal."""
     given = kb.first(F.GpuTotal, role=None)
     if given is not None:
         yield Derived("gpu", "total_gib", given.gib, "gpu.total", (given,), "--gpu-total-gib", {"source": "stated"})
@@ -89,8 +90,12 @@ def total(kb):
                       "reserved memory is in neither, so memory.total would be a little more",
                       {"source": "nvidia-smi"})
     elif spec is not None and spec.nominal_gb:
-        yield Derived("gpu", "total_gib", gib(spec.nominal_gb * 1e9 / (1 << 30)), "gpu.total", (spec, ident),
-                      f"NOMINAL only: {spec.nominal_gb} GB × 10^9 / 2^30; no measured total is known for {spec.names[0]}"
+        binary = spec.nominal_unit == "GiB"
+        yield Derived("gpu", "total_gib", gib(spec.nominal_gb if binary else spec.nominal_gb * 1e9 / (1 << 30)),
+                      "gpu.total", (spec, ident),
+                      (f"NOMINAL only: {spec.nominal_gb} GiB as the vendor states it" if binary else
+                       f"NOMINAL only: {spec.nominal_gb} GB × 10^9 / 2^30")
+                      + f"; no measured total is known for {spec.names[0]}"
                       + (" (memory shared with the CPU)" if spec.shared_system_memory else ""),
                       {"source": "nominal"})
     else:

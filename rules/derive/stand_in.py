@@ -79,6 +79,11 @@ def stand_in(kb):
         first = peers[chosen][0]
         agree = (f"the {len(peers)} ranks that printed one agree" if len(peers) > 1
                  else "the only rank that printed one")
+        folded = sum(f.evidence.repeated for f in premises)
+        if folded:
+            agree += (f"; Ray folded {folded} more such line(s) of other workers into these "
+                      "([repeated Nx across cluster]): it compares lines without their numbers, so "
+                      "their figures are not in the log and may differ")
         yield Derived("stand_in", kind.__name__, chosen, "stand-in", premises,
                       f"{silent}; {label_of(kb, chosen)}'s ({line_ref(first)}) stands in: {agree}",
                       {"kind": kind.__name__, "rank": label_of(kb, chosen), "ranks": len(peers)})
