@@ -251,8 +251,12 @@ def build(a: Analysis) -> dict[str, Any]:
            "derivation": {key: (kb.get("kv_pool", key).formula if kb.get("kv_pool", key).known
                                 else _reason(kb.get("kv_pool", key))) for key in kv_keys}
            | ({"comparison": comparison.formula} if comparison is not None else {})},
-        "nvidia_smi": None if not kb.of(F.SmiGpu, role=None) else {
+        "nvidia_smi": None if not kb.of(F.SmiGpu, F.SmiMigDevice, F.SmiProcess, role=None) else {
             "gpus": len(kb.of(F.SmiGpu, role=None)), "spread": spread.formula if spread is not None else None,
+            "mig_instances": len(kb.of(F.SmiMigDevice, role=None)),
+            "processes": _value(kb.get("smi_processes", "all")) if kb.get("smi_processes", "all") else [],
+            "processes_derivation": (kb.get("smi_processes", "all").formula
+                                     if kb.get("smi_processes", "all") is not None else None),
             "note": "nvidia-smi was sampled at another time than the log's start-up lines; the server may have "
                     "served traffic since, so the figures are compared, not assumed equal"},
         "weights_check": None if kb.get("weights", "theoretical_gib") is None else {

@@ -58,6 +58,7 @@ COMMON_BEFORE = (target_rank.target_rank, stand_in.stand_in, worker_ranks.worker
 
 COMMON_AFTER = (
     nvidia_smi.ranks,
+    nvidia_smi.processes,
     nvidia_smi.other,
     kv_theory.kv_dtype,
     kv_theory.theoretical,

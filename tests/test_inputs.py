@@ -37,7 +37,7 @@ def inp(name: str) -> str:
 # ==== nvidia-smi ===============================================================================
 
 def smi(name: str) -> list[tuple]:
-    return [(g.index, g.used_mib, g.free_mib, g.total_mib, g.name) for g in read_nvidia_smi(inp(name))]
+    return [(g.index, g.used_mib, g.free_mib, g.total_mib, g.name) for g in read_nvidia_smi(inp(name)) if isinstance(g, F.SmiGpu)]
 
 
 H20_ROWS = [(0, 63092, 34276, None, None)] + [(i, 63188, 34180, None, None) for i in range(1, 7)] + \
@@ -477,3 +477,61 @@ def test_chinese_accelerators_carry_their_sources_and_stay_nominal():
         assert entries[alias]["source_url"].startswith("https://") and entries[alias]["observed_total_mib"] == []
     rep = build(analyse(LOG_SINGLE, gpu="mtt-s4000"))
     assert rep["gpu"]["total_gib"] == round(48e9 / (1 << 30), 2) and rep["gpu"]["total_source"] == "nominal"
+
+
+# ---- nvidia-smi: MIG instances and the processes holding GPU memory --------------------------------
+
+VLLM_MIG = fixture("vllm_v0111_mig.log")
+
+
+def test_a_mig_instance_is_the_gpu_the_server_sees():
+    """The parent A100 reports 40960 MiB; the one MIG instance (GI 5) 9856 MiB: that is the total,
+    and the instance's used memory is the rank's."""
+    rep = build(analyse(VLLM_MIG, nvidia_smi=inp("smi_table_mig_a100.txt")))
+    assert rep["gpu"]["total_gib"] == round(9856 / 1024, 2) and "MIG instance memory 9856 MiB" in rep["gpu"]["total_derivation"]
+    assert "40960 MiB is not what a process on an instance sees" in rep["gpu"]["total_derivation"]
+    target = next(r for r in rep["ranks"] if r["target"])
+    assert target["nvidia_smi"]["used_mib"] == 9850 and target["nvidia_smi"]["total_mib"] == 9856
+    assert rep["nvidia_smi"]["mig_instances"] == 1
+
+
+def test_mig_instances_of_different_sizes_leave_the_total_and_other_unknown(tmp_path):
+    table = open(inp("smi_table_mig_a100.txt")).read().replace(
+        "+------------------+--------------------------------+-----------+-----------------------+\n\n",
+        "+------------------+--------------------------------+-----------+-----------------------+\n"
+        "|  0    1   0   1  |              12MiB / 19968MiB  | 42      0 |  3   0    2    0    0 |\n"
+        "|                  |               0MiB / 32767MiB  |           |                       |\n"
+        "+------------------+--------------------------------+-----------+-----------------------+\n\n", 1)
+    smi = tmp_path / "smi.txt"
+    smi.write_text(table)
+    rep = build(analyse(VLLM_MIG, nvidia_smi=str(smi)))
+    assert rep["gpu"]["total_gib"] is None and "9856, 19968 MiB" in rep["gpu"]["total_derivation"]
+    other = next(r for r in rep["breakdown"] if r["category"] == "other")
+    assert other["gib"] is None and "which instance each rank ran on is not in the inputs" in other["derivation"]
+
+
+def test_processes_from_the_table_and_the_compute_apps_query_name_the_server_and_other_tenants():
+    rep = build(analyse(VLLM_MIG, nvidia_smi=inp("smi_query_then_compute_apps.csv")))
+    procs = {p["pid"]: p for p in rep["nvidia_smi"]["processes"]}
+    assert procs[207574]["server"] is True and procs[207574]["used_mib"] == 9836  # EngineCore_0 pid=207574
+    assert procs[3321] == {"pid": 3321, "name": "/opt/tenant/bin/encoder", "used_mib": 2048, "gpu": None,
+                           "server": False}
+    assert "other tenants: pid 3321 /opt/tenant/bin/encoder 2048 MiB" in rep["nvidia_smi"]["processes_derivation"]
+    # the documented query in the same file still gives the total (used + free)
+    assert rep["gpu"]["total_gib"] == round(81000 / 1024, 2)
+    table = build(analyse(VLLM_TP2, nvidia_smi=inp("smi_table_driver570_h100.txt")))
+    assert [(p["pid"], p["gpu"], p["used_mib"]) for p in table["nvidia_smi"]["processes"]] == [
+        (1843211, 0, 74302), (1843212, 1, 74286)]
+
+
+def test_the_compute_apps_query_alone_is_accepted_without_a_header(tmp_path):
+    smi = tmp_path / "apps.csv"
+    smi.write_text("207574, python3, 9836 MiB\n")
+    rep = build(analyse(VLLM_MIG, nvidia_smi=str(smi)))
+    assert rep["nvidia_smi"]["processes"][0]["server"] is True and rep["gpu"]["total_gib"] is None
+
+
+def test_an_sglang_log_names_no_pids_so_the_server_is_not_known():
+    rep = build(analyse(LOG_SINGLE, nvidia_smi=inp("smi_table_driver570_h100.txt")))
+    assert {p["server"] for p in rep["nvidia_smi"]["processes"]} == {None}
+    assert "which of them is this server is not known" in rep["nvidia_smi"]["processes_derivation"]

@@ -25,6 +25,7 @@ class Evidence:
     # Ray folded this many more lines of other processes into this one ([repeated Nx across
     # cluster]); it compares lines without their numbers, so theirs may differ and are not shown
     repeated: int = 0
+    pid: Optional[int] = None  # the process that printed the line, where its prefix names it
 
 
 @attrs.frozen(order=True)

@@ -55,6 +55,31 @@ class SmiGpu(Fact):
 
 
 @attrs.frozen(kw_only=True)
+class SmiMigDevice(Fact):
+    """A MIG instance in nvidia-smi's `MIG devices:` table: a process on it sees this slice of
+    the parent GPU, not the parent's memory."""
+
+    gpu: int
+    gpu_instance: int
+    compute_instance: int
+    mig_device: int
+    used_mib: Optional[int] = None
+    total_mib: Optional[int] = None
+
+
+@attrs.frozen(kw_only=True)
+class SmiProcess(Fact):
+    """A process holding GPU memory: a row of the default table's `Processes:` section or of
+    `--query-compute-apps=pid,process_name,used_memory` (which names no GPU)."""
+
+    pid: int
+    name: str
+    used_mib: Optional[int] = None
+    gpu: Optional[int] = None
+    gpu_instance: Optional[int] = None
+
+
+@attrs.frozen(kw_only=True)
 class ModelConfig(Fact):
     """A model's config.json: the fields that size its weights and KV cache."""
 

@@ -18,7 +18,7 @@ from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.sglang import parse_sglang_line
 from capdiag.parsing.traceback import parse_traceback_line
 from capdiag.parsing.vllm import parse_vllm_line
-from capdiag.source import Line, ray_repeats
+from capdiag.source import Line, process_pid, ray_repeats
 
 FRAMEWORKS = ("sglang", "vllm")
 
@@ -61,7 +61,8 @@ def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
             raise OutOfRange(f"rank tag {parsed.rank.label} is out of range")
         role = values.pop("_role", None)
         extra = {"role": role, "role_stated": True} if role else {}
-        evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to, repeated=ray_repeats(line.raw))
+        evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to, repeated=ray_repeats(line.raw),
+                              pid=process_pid(line.text))
         out.append(parsed.cls(evidence=evidence, rank=parsed.rank, **values, **extra))
         out.extend(F.UnreadLine(evidence=evidence, rank=parsed.rank, reason=f"{parsed.cls.__name__}: {note}")
                    for note in notes)

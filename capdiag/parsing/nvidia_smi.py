@@ -1,8 +1,10 @@
-"""nvidia-smi output → SmiGpu facts, through grammar/nvidia_smi.lark.
+"""nvidia-smi output → SmiGpu, SmiMigDevice and SmiProcess facts, through grammar/nvidia_smi.lark.
 
 Accepted: the documented `--query-gpu=index,memory.used,memory.free --format=csv,noheader`,
-the same with its header row and with extra columns (`name`, `memory.total`), and the
-default table (names may be truncated with `...`). Anything else is an InputError.
+the same with its header row and with extra columns (`name`, `memory.total`), the per-process
+`--query-compute-apps=pid,process_name,used_memory --format=csv[,noheader]` (alone or after the
+GPU query), and the default table with its `MIG devices:` and `Processes:` sections (names may
+be truncated with `...`). Anything else is an InputError.
 """
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ def _evidence(number: int, text: str) -> F.Evidence:
     return F.Evidence(number, text, 0, "nvidia-smi")
 
 
-def read_nvidia_smi(path: str) -> list[F.SmiGpu]:
+def read_nvidia_smi(path: str) -> list[F.Fact]:
     rows = []
     for number, raw in physical_lines(io.BytesIO(read_bytes(path, "nvidia-smi"))):
         if not raw.strip():
@@ -67,11 +69,43 @@ def read_nvidia_smi(path: str) -> list[F.SmiGpu]:
             rows.append((number, raw, *_Cells().transform(_parser().parse(raw.strip()))))
         except LarkError:
             continue
+    processes, rows = _processes_csv(rows)
     gpus = _from_csv(rows) or _from_table(rows)
-    if not gpus:
+    if not gpus and not processes:
         raise InputError(f"{path}: no GPU found; expected `nvidia-smi --query-gpu=index,memory.used,memory.free "
                          "--format=csv[,noheader]` output or nvidia-smi's default table")
-    return gpus
+    return gpus + processes
+
+
+_PROCESS_COLUMNS = {"pid": "pid", "process_name": "name", "used_gpu_memory": "used_mib", "used_memory": "used_mib"}
+
+
+def _processes_csv(rows) -> tuple[list[F.SmiProcess], list]:
+    """The rows of a `--query-compute-apps=pid,process_name,used_memory` block (its header
+    `pid, process_name, used_gpu_memory [MiB]`, or without one: a pid, a name, a MiB figure),
+    and the rows left for the GPU query."""
+    out, rest, columns = [], [], None
+    for row in rows:
+        number, raw, shape, cells = row
+        if shape != "csv":
+            rest.append(row)
+            continue
+        header = [c.split(" [")[0].strip().lower() for c in cells]
+        if "pid" in header and all(h in _PROCESS_COLUMNS for h in header):
+            columns = [_PROCESS_COLUMNS[h] for h in header]
+            continue
+        if columns is None and len(cells) == 3 and cells[0].isascii() and cells[0].isdigit() \
+                and not cells[1].replace("MiB", "").strip().isdigit():
+            columns = ["pid", "name", "used_mib"]
+        if columns is None or len(cells) != len(columns) or not (cells[columns.index("pid")].isascii()
+                                                                 and cells[columns.index("pid")].isdigit()):
+            columns = None if columns is not None and "index" in header else columns
+            rest.append(row)
+            continue
+        values = dict(zip(columns, cells))
+        out.append(F.SmiProcess(evidence=_evidence(number, raw), pid=int(values["pid"]), name=values.get("name", ""),
+                                used_mib=_mib(values["used_mib"], number) if "used_mib" in values else None))
+    return out, rest
 
 
 def _from_csv(rows) -> list[F.SmiGpu]:
@@ -99,14 +133,38 @@ def _from_csv(rows) -> list[F.SmiGpu]:
     return gpus
 
 
-def _from_table(rows) -> list[F.SmiGpu]:
+def _ints(words: list[str]) -> bool:
+    return bool(words) and all(w.isascii() and w.isdigit() and len(w) <= 6 for w in words)
+
+
+def _from_table(rows) -> list[F.Fact]:
     """The default table: a GPU's first row starts `| <index>  <name>  On|Off |`, its second
-    row holds `<used>MiB / <total>MiB`."""
-    gpus, pending = [], None
+    row holds `<used>MiB / <total>MiB`; a `MIG devices:` row starts `| <gpu> <gi> <ci> <mig> |`
+    and holds the instance's `<used>MiB / <total>MiB` (the row under it is BAR1); a `Processes:`
+    row is `| <gpu> <gi|N/A> <ci|N/A> <pid> <type> <name> <used>MiB |`."""
+    gpus, pending, section = [], None, "gpus"
     for number, raw, shape, cells in rows:
         if shape != "table" or not cells:
             continue
+        heading = cells[0].strip().rstrip(":").lower()
+        if heading in ("mig devices", "processes"):
+            section = heading
+            continue
         words = cells[0].split()
+        if section == "mig devices":
+            if len(words) == 4 and _ints(words) and len(cells) > 1 and "/" in cells[1]:
+                used, total = (_mib(part, number) for part in cells[1].split("/"))
+                gpus.append(F.SmiMigDevice(evidence=_evidence(number, raw), gpu=int(words[0]),
+                                           gpu_instance=int(words[1]), compute_instance=int(words[2]),
+                                           mig_device=int(words[3]), used_mib=used, total_mib=total))
+            continue
+        if section == "processes":
+            if len(cells) == 1 and len(words) >= 7 and _ints(words[:1]) and words[3].isascii() \
+                    and words[3].isdigit() and len(words[3]) <= 10:
+                gi = int(words[1]) if _ints([words[1]]) else None
+                gpus.append(F.SmiProcess(evidence=_evidence(number, raw), pid=int(words[3]), name=" ".join(words[5:-1]),
+                                         used_mib=_mib(words[-1], number), gpu=int(words[0]), gpu_instance=gi))
+            continue
         if len(words) >= 3 and words[0].isascii() and words[0].isdigit() and len(words[0]) <= 6 \
                 and words[-1] in ("On", "Off"):
             pending = (number, raw, int(words[0]), " ".join(words[1:-1]))

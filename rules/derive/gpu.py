@@ -43,11 +43,12 @@ def identity(kb):
     yield Derived("gpu", "identity", detail, "gpu.identity", tuple(specs) + tuple(named_by[:4]), formula, detail)
 
 
-@rule("gpu.total", reads=(F.GpuTotal, F.SmiGpu, F.VllmMemoryProfile, F.VllmStartupMemory, F.OutOfMemory, F.GpuSpec,
+@rule("gpu.total", reads=(F.GpuTotal, F.SmiGpu, F.SmiMigDevice, F.VllmMemoryProfile, F.VllmStartupMemory, F.OutOfMemory, F.GpuSpec,
                         "gpu:identity"), concludes=("gpu:total_gib",))
 def total(kb):
-    """Concludes the GPU total in GiB, measured figures first: `--gpu-total-gib`, nvidia-smi's
-    memory.total, a total the log prints (vLLM's profiling record or `Free memory on device
+    """Concludes the GPU total in GiB, measured figures first: `--gpu-total-gib`, a MIG instance's
+    memory (nvidia-smi's `MIG devices:` table: a process on an instance sees its slice, not the
+    parent GPU; instances of different sizes leave it unknown), nvidia-smi's memory.total, a total the log prints (vLLM's profiling record or `Free memory on device
     (F/T GiB)`, PyTorch's out-of-memory message), then the reference's observed nvidia-smi
     total for the identified GPU, then nvidia-smi's memory.used + memory.free (the documented
     query has no total column; the driver's reserved memory is in neither figure, so this is a
@@ -57,6 +58,21 @@ def total(kb):
     given = kb.first(F.GpuTotal, role=None)
     if given is not None:
         yield Derived("gpu", "total_gib", given.gib, "gpu.total", (given,), "--gpu-total-gib", {"source": "stated"})
+        return
+    migs = kb.of(F.SmiMigDevice, role=None)
+    if migs:
+        sizes = sorted({m.total_mib for m in migs if m.total_mib})
+        if len(sizes) == 1:
+            parent = next((g.total_mib for g in kb.of(F.SmiGpu, role=None) if g.index == migs[0].gpu), None)
+            yield Derived("gpu", "total_gib", gib(sizes[0] / 1024), "gpu.total", tuple(migs),
+                          f"MIG instance memory {sizes[0]} MiB / 1024 (nvidia-smi `MIG devices:`"
+                          + (f"; {len(migs)} instances of that size" if len(migs) > 1 else "")
+                          + (f"; the parent GPU's {parent} MiB is not what a process on an instance sees)"
+                             if parent else ")"), {"source": "nvidia-smi"})
+        else:
+            yield Derived("gpu", "total_gib", Unknown(
+                f"nvidia-smi lists MIG instances of {', '.join(map(str, sizes))} MiB: which one the server ran on is "
+                "not in the inputs (give --gpu-total-gib)"), "gpu.total", tuple(migs))
         return
     smi = [g for g in kb.of(F.SmiGpu, role=None) if g.total_mib]
     if smi:

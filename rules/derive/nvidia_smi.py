@@ -22,7 +22,7 @@ def gpu_index(rank: F.Rank, tp_size: int, base: int, step: int) -> int | None:
 
 
 @rule("nvidia-smi.ranks",
-      reads=(F.Fact, "config:tp_size"),
+      reads=(F.Fact, F.SmiMigDevice, "config:tp_size"),
       concludes=("nvidia_smi",))
 def ranks(kb):
     """Pairs each rank with the GPU nvidia-smi lists at index base_gpu_id + (PP stage × TP size
@@ -31,6 +31,10 @@ def ranks(kb):
     1 GiB. nvidia-smi was sampled at another time than the log's start-up lines: the server
     may have served traffic since, so the figures are compared, not assumed equal."""
     gpus = {g.index: g for g in kb.of(F.SmiGpu, role=None)}
+    migs = kb.of(F.SmiMigDevice, role=None)
+    if migs:  # a process on a MIG instance sees the instance, not the parent GPU
+        yield from _mig_ranks(kb, migs)
+        return
     if not gpus:
         return
     args = kb.first(F.ServerArgs, role=None)
@@ -57,8 +61,50 @@ def ranks(kb):
                        f"every GPU within {SPREAD_GIB} GiB of the median used {mid:.0f} MiB"))
 
 
+def _mig_ranks(kb, migs):
+    """With MIG instances the parent GPU's figures are no rank's: the one instance, when there is
+    one and one rank, is the rank's; otherwise which instance each rank ran on is not in the inputs."""
+    keys = {f.rank.key(): f.rank for f in kb.facts if f.evidence.source == "log"}
+    if len(migs) == 1 and len(keys) <= 1:
+        m = migs[0]
+        key = next(iter(keys), F.NO_RANK.key())
+        yield Derived("nvidia_smi", key, {"index": f"{m.gpu} MIG {m.gpu_instance}/{m.compute_instance}",
+                                          "used_mib": m.used_mib, "free_mib": None, "total_mib": m.total_mib,
+                                          "name": None},
+                      "nvidia-smi.ranks", (m,),
+                      f"the only MIG instance: GPU {m.gpu} GI {m.gpu_instance} CI {m.compute_instance} "
+                      f"(nvidia-smi line {m.evidence.line})")
+        return
+    yield Derived("nvidia_smi", "mig", Unknown(
+        f"nvidia-smi lists {len(migs)} MIG instances and the log {len(keys)} rank(s): which instance each rank ran "
+        "on is not in the inputs (give nvidia-smi output of one instance, or --gpu-total-gib)"),
+                  "nvidia-smi.ranks", tuple(migs))
+
+
+@rule("nvidia-smi.processes", reads=(F.SmiProcess, F.Fact), concludes=("smi_processes",))
+def processes(kb):
+    """Names the processes nvidia-smi shows holding GPU memory (the default table's `Processes:`
+    section, or `--query-compute-apps=pid,process_name,used_memory`) and which are this server:
+    a pid that a line's process prefix names (`(EngineCore_0 pid=207574)`, `(RayWorkerWrapper
+    pid=…)`) is the server's; another pid is another tenant of the GPU, whose memory is in
+    `other`. A log that prints no pids (SGLang) leaves it unknown which process is the server."""
+    procs = kb.of(F.SmiProcess, role=None)
+    if not procs:
+        return
+    pids = {f.evidence.pid for f in kb.facts if f.evidence.source == "log" and f.evidence.pid is not None}
+    rows = [{"pid": p.pid, "name": p.name, "used_mib": p.used_mib, "gpu": p.gpu,
+             "server": (p.pid in pids) if pids else None} for p in procs]
+    tenants = [r for r in rows if r["server"] is False]
+    said = ("the log names no process ids, so which of them is this server is not known" if not pids else
+            f"{sum(1 for r in rows if r['server'])} of them are this server (their pids are in the log's prefixes)"
+            + (f"; other tenants: " + ", ".join(f"pid {r['pid']} {r['name']} {r['used_mib']} MiB" for r in tenants)
+               if tenants else "; no other process holds GPU memory"))
+    yield Derived("smi_processes", "all", rows, "nvidia-smi.processes", tuple(procs),
+                  f"nvidia-smi shows {len(rows)} process(es) holding GPU memory; {said}")
+
+
 @rule("breakdown.other",
-      reads=("target_rank", "nvidia_smi", *(f"breakdown:{c}?" for c in _HELD)),
+      reads=("target_rank", "nvidia_smi", "nvidia_smi:mig?", *(f"breakdown:{c}?" for c in _HELD)),
       concludes=("breakdown:other",))
 def other(kb):
     """Other: memory in use that no line accounts for — nvidia-smi's used memory on the target
@@ -70,6 +116,10 @@ def other(kb):
     if rank is None:
         return
     smi = kb.get("nvidia_smi", rank)
+    mig = kb.get("nvidia_smi", "mig")
+    if smi is None and mig is not None:
+        yield row("other", Unknown(mig.value.reason), "unknown", "breakdown.other", (mig,), "")
+        return
     if smi is None or smi.value["used_mib"] is None:
         yield row("other", Unknown("needs the GPU's measured used memory: give --nvidia-smi-file"),
                   "unknown", "breakdown.other", (), "")
