@@ -65,7 +65,7 @@ def test_case(line, expect):
 
 # ---- coverage of the case files themselves ---------------------------------------------------
 
-PRODUCED = {F.VllmVersion, F.VllmEngineConfig, F.VllmArgs, F.VllmMaxModelLen, F.VllmModelName, F.VllmCpuKVSpace, F.VllmModelLoading,
+PRODUCED = {F.VllmRankAssignment, F.VllmVersion, F.VllmEngineConfig, F.VllmArgs, F.VllmMaxModelLen, F.VllmModelName, F.VllmCpuKVSpace, F.VllmModelLoading,
             F.VllmMemoryProfile, F.VllmAvailableKV, F.VllmKVCacheSize, F.VllmMaxConcurrency, F.VllmGpuBlocks,
             F.VllmGraphCapture, F.VllmGraphPool, F.VllmGraphEstimate, F.VllmUtilizationAdvice,
             F.VllmStartupMemory, F.VllmInitialFree, F.VllmStartupError, F.VllmEngineReady, F.VllmHybridBlockSize,

@@ -84,7 +84,7 @@ def _processes_csv(rows) -> tuple[list[F.SmiProcess], list]:
     """The rows of a `--query-compute-apps=pid,process_name,used_memory` block (its header
     `pid, process_name, used_gpu_memory [MiB]`, or without one: a pid, a name, a MiB figure),
     and the rows left for the GPU query."""
-    out, rest, columns = [], [], None
+    out, rest, columns, gpu_block = [], [], None, False
     for row in rows:
         number, raw, shape, cells = row
         if shape != "csv":
@@ -94,12 +94,14 @@ def _processes_csv(rows) -> tuple[list[F.SmiProcess], list]:
         if "pid" in header and all(h in _PROCESS_COLUMNS for h in header):
             columns = [_PROCESS_COLUMNS[h] for h in header]
             continue
-        if columns is None and len(cells) == 3 and cells[0].isascii() and cells[0].isdigit() \
-                and not cells[1].replace("MiB", "").strip().isdigit():
+        if "index" in header:  # the GPU query's header: its rows follow
+            columns, gpu_block = None, True
+        # without a header: a pid, a name (never a MiB figure, as the GPU query's second column is), MiB
+        if columns is None and not gpu_block and len(cells) == 3 and cells[0].isascii() and cells[0].isdigit() \
+                and not cells[1].endswith("MiB") and cells[2].endswith("MiB"):
             columns = ["pid", "name", "used_mib"]
         if columns is None or len(cells) != len(columns) or not (cells[columns.index("pid")].isascii()
                                                                  and cells[columns.index("pid")].isdigit()):
-            columns = None if columns is not None and "index" in header else columns
             rest.append(row)
             continue
         values = dict(zip(columns, cells))
