@@ -28,7 +28,17 @@ def test_xpu_profiling_lines_in_mib_give_total_and_non_torch():
     assert row(report, "weights")["gib"] == 5.7812  # `Model loading took` wins over `model load takes`
     assert row(report, "framework")["gib"] == 0.5 and row(report, "framework")["status"] == "measured"
     assert report["budget"]["gib"] == round(23.90625 * 0.8, 2)
-    assert row(report, "kv_cache")["status"] == "unknown"  # XPU prints no KV figure
+    # XPU prints no KV figure: xpu_worker.py's own sizing, total × utilization − profiling peak
+    kv = row(report, "kv_cache")
+    assert kv["status"] == "derived" and kv["gib"] == round(23.9062 * 0.8 - 7.2502, 2)
+    assert "as xpu_worker.py sizes it" in kv["derivation"]
+
+
+def test_xpu_without_a_stated_utilization_leaves_the_kv_budget_unknown(tmp_path):
+    from helpers import write_log
+    text = open(fixture("vllm_xpu_v0100.log")).read().replace(", 'gpu_memory_utilization': 0.8", "")
+    report = corpus_report(write_log(tmp_path, text))
+    assert row(report, "kv_cache")["status"] == "unknown"
 
 
 def test_hpu_lines_give_weights_total_utilization_and_kv_budget():

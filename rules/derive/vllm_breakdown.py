@@ -85,13 +85,16 @@ def weights(kb):
 
 
 @rule("vllm.breakdown.kv-cache",
-      reads=(F.VllmAvailableKV, F.VllmMemoryProfile, F.VllmInitialFree, F.VllmCpuKVSpace, "target_rank", "stand_in"),
+      reads=(F.VllmAvailableKV, F.VllmMemoryProfile, F.VllmInitialFree, F.VllmCpuKVSpace, "target_rank", "stand_in",
+             "config:gpu_memory_utilization?"),
       concludes=("breakdown:kv_cache",))
 def kv_cache(kb):
     """KV cache: `Available KV cache memory` (the bytes turned into blocks), else the profiling
     record's KV figure (`the rest of the memory reserved for KV Cache`, `kv_cache_size=`), else
     the CPU backend's KV space (`Auto set (K/N) GiB for KV cache on node 0` or `Explicitly set`,
-    VLLM_CPU_KVCACHE_SPACE), else the explicit `--kv-cache-memory` reservation."""
+    VLLM_CPU_KVCACHE_SPACE), else the explicit `--kv-cache-memory` reservation, else on XPU (which
+    prints no KV figure) what xpu_worker.py gives it: total × gpu_memory_utilization − the
+    profiling run's peak, when the log states all three."""
     if target(kb) is None:
         return
     available = next(iter(lines_of(kb, F.VllmAvailableKV)), None)
@@ -111,10 +114,28 @@ def kv_cache(kb):
     elif reserved is not None:
         yield row("kv_cache", reserved.reserved_kv_gib, "measured", "vllm.breakdown.kv-cache", via(kb, reserved),
                   f"explicit --kv-cache-memory reservation ({line_ref(reserved)}){from_rank(kb, reserved)}")
+    elif (xpu := _xpu_kv(kb)) is not None:
+        value, facts, formula = xpu
+        yield row("kv_cache", value, "derived", "vllm.breakdown.kv-cache", facts, formula)
     else:
         yield row("kv_cache", Unknown("the log prints no KV-cache memory figure for this rank"
                                       + silent(kb, F.VllmAvailableKV, F.VllmMemoryProfile)), "unknown",
                   "vllm.breakdown.kv-cache", (), "")
+
+
+def _xpu_kv(kb):
+    """(GiB, premises, formula) of XPU's KV budget, total × utilization − peak; None when the log
+    does not state all three."""
+    util = kb.get("config", "gpu_memory_utilization")
+    profiles = [p for p in lines_of(kb, F.VllmMemoryProfile) if p.form == "xpu"]
+    total = next((p for p in profiles if "total_gpu_memory_gib" in p.values), None)
+    peak = next((p for p in profiles if "peak_gib" in p.values), None)
+    if util is None or not util.known or total is None or peak is None:
+        return None
+    t, u, k = total.values["total_gpu_memory_gib"], util.value, peak.values["peak_gib"]
+    return (gib(t * u - k), via(kb, total, peak) + (util,),
+            f"XPU: total {t} × gpu_memory_utilization {u} − profiling peak {k} GiB, as xpu_worker.py sizes it "
+            f"({line_ref(total)}, {line_ref(peak)})")
 
 
 @rule("vllm.breakdown.cuda-graph",
