@@ -32,8 +32,7 @@ def kv_retractions(kb):
     token, is the memory that was short, and SGLang grows the pool by free-before-weights × Δ
     for a fraction raised by Δ — the finding gives that fraction when the start-up left the
     memory free. vLLM does not say how many tokens a preemption lacked: the finding gives what
-    each 0.01 of `--gpu-memory-utilization` adds and how far the start-up's free memory lets it
-    go. Else an fp8 KV cache, more GPUs, or fewer concurrent requests
+    each 0.01 of `--gpu-memory-utilization` adds (total × 0.01 at the pool's bytes per token). Else an fp8 KV cache, more GPUs, or fewer concurrent requests
     (`--max-running-requests`, `--max-num-seqs`), or for SGLang a higher
     `--schedule-conservativeness`. Probed twice (`capdiag probe --interval`), the counters also
     say how many happened between the two reads, and how fast.
@@ -125,17 +124,13 @@ def _missing(kb, tokens) -> str:
 
 
 def _vllm_room(kb) -> str:
-    """What more --gpu-memory-utilization gives vLLM's pool (total × Δ), and how far the memory
-    the start-up left free lets it go; nothing where the inputs do not say."""
+    """What more --gpu-memory-utilization gives vLLM's pool: total × Δ at the pool's bytes per
+    token (nothing where the inputs do not say). How far it can rise they do not say either:
+    the logs that count preemptions (V0) print no free memory at start-up."""
     util, total = kb.value("config", "gpu_memory_utilization"), kb.value("gpu", "total_gib")
-    per_token, free = kb.value("kv_pool", "bytes_per_token"), kb.value("breakdown", "free")
-    if util is None or not total or not per_token:
+    per_token = kb.value("kv_pool", "bytes_per_token")
+    if util is None or not total or not per_token or util + STEP >= 1:
         return ""
-    said = (f" Each +{STEP} of gpu_memory_utilization gives the pool about {int(total * STEP * GIB / per_token):,} "
-            f"tokens ({gib(total * STEP)} GiB of the {gib(total)} GiB GPU)")
-    if free is None:
-        return said + "."
-    ceiling = round_down(util + free / total)
-    if not util < ceiling < 1:
-        return said + f"; the start-up left {gib(free)} GiB free, too little for another {STEP}."
-    return said + f"; the start-up left {gib(free)} GiB free: up to about {ceiling} ({util} + {gib(free)} / {gib(total)})."
+    return (f" Each +{STEP} of gpu_memory_utilization (now {util}) gives the pool about "
+            f"{int(total * STEP * GIB / per_token):,} tokens ({gib(total * STEP)} GiB of the {gib(total)} GiB GPU), "
+            "as far as the GPU has that memory free.")
