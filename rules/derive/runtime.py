@@ -70,6 +70,7 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
         "retraction_events": s.retraction_events if s.framework == "sglang" else None,
         "retraction_tokens_max": s.retraction_tokens_max,
         "preemptions": s.preemptions,
+        "preemptions_unknown_reason": _no_preemption_count(s),
         "throughput": {"min": s.throughput[0], "max": s.throughput[1]},
         "observed_lengths": observed_lengths(s, pool_tokens, histograms),
         "rates": rates(counters),
@@ -156,6 +157,15 @@ def rates(counters: Sequence[F.CounterReadings]) -> Optional[dict[str, Any]]:
                 and hits["increase"] is not None else None)
     return {"scrapes": counters[0].scrapes, "seconds": seconds, "unknown_reason": why, "counters": out,
             "prefix_cache_hit_rate": hit_rate}
+
+
+def _no_preemption_count(s: F.TrafficSummary) -> Optional[str]:
+    if s.framework != "vllm" or s.preemptions is not None:
+        return None
+    if s.evidence.line == F.INPUT_LINE:
+        return "the scrape holds no vllm:num_preemptions_total"
+    return ("vLLM's log states the count only at every 50th preemption (V0) or not at all (V1); its /metrics "
+            "counts them (capdiag probe)")
 
 
 def _whole(x: float) -> float | int:
