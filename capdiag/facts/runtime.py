@@ -36,6 +36,7 @@ class TrafficSummary(Fact):
     context_requests: int = 0  # Σ #running-req over the same lines
     prompt_tokens: int = 0  # Σ (#new-token + #cached-token) over prefill lines (SGLang)
     prompt_requests: int = 0  # Σ #new-seq over the same lines
+    prefill_max_new_tokens: Optional[int] = None  # the largest #new-token of one prefill line
     retractions: int = 0  # requests retracted (SGLang) — Σ #retracted_reqs
     retraction_events: int = 0
     retraction_tokens_max: Optional[int] = None  # largest #new_tokens_gained of one retraction

@@ -30,7 +30,8 @@ def _share(part: int, whole: int) -> Optional[float]:
 
 
 def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[int],
-              counters: Sequence[F.CounterReadings] = (), histograms: Sequence[F.LengthHistogram] = ()) -> dict[str, Any]:
+              counters: Sequence[F.CounterReadings] = (), histograms: Sequence[F.LengthHistogram] = (),
+              chunk: Optional[int] = None, page: Optional[int] = None) -> dict[str, Any]:
     """The runtime summary of one rank's traffic (the JSON `runtime.ranks[]` entry, without
     evidence); from a probe also its counters' rates and the request lengths its histograms hold."""
     with_usage: dict[float, int] = {}
@@ -72,33 +73,61 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
         "preemptions": s.preemptions,
         "preemptions_unknown_reason": _no_preemption_count(s),
         "throughput": {"min": s.throughput[0], "max": s.throughput[1]},
-        "observed_lengths": observed_lengths(s, pool_tokens, histograms),
+        "observed_lengths": observed_lengths(s, pool_tokens, histograms, chunk, page),
         "rates": rates(counters),
         "series": [{"time": t, "kv_usage": u if u >= 0 else None, "running": r, "queued": q}
                    for t, u, r, q in s.series],
     }
 
 
-def observed_lengths(s: F.TrafficSummary, pool_tokens: Optional[int],
-                     histograms: Sequence[F.LengthHistogram]) -> dict[str, Any]:
+def observed_lengths(s: F.TrafficSummary, pool_tokens: Optional[int], histograms: Sequence[F.LengthHistogram],
+                     chunk: Optional[int] = None, page: Optional[int] = None) -> dict[str, Any]:
     """The request lengths the inputs show: SGLang's prefill lines (new + cached tokens per new
-    sequence) and decode lines (tokens per running request), or a server's length histograms
-    (one observation per finished request: mean exact, percentiles to the bucket)."""
+    sequence, `chunk` and `page` the chunked-prefill budget and page size in effect) and decode
+    lines (tokens per running request), or a server's length histograms (one observation per
+    finished request: mean exact, percentiles to the bucket)."""
     mean_context = round(s.context_tokens / s.context_requests) if s.context_requests else None
     prompt, generation = (distribution([h for h in histograms if h.kind == kind]) for kind in ("prompt", "generation"))
-    mean_prompt = round(s.prompt_tokens / s.prompt_requests) if s.prompt_requests else None
+    per_entry = round(s.prompt_tokens / s.prompt_requests) if s.prompt_requests else None
+    mean_prompt, why = prefill_mean(s, per_entry, chunk, page)
     if mean_prompt is None and prompt is not None:
-        mean_prompt = prompt["mean"]
+        mean_prompt, why = prompt["mean"], None
     # both histograms observe each finished request once: the means add up to the mean request
     same = prompt is not None and generation is not None and prompt["requests"] == generation["requests"]
     request = prompt["mean"] + generation["mean"] if same and prompt["mean"] is not None else None
     return {
         "mean_prompt_tokens": mean_prompt,
+        "prompt_tokens_per_prefill_entry": per_entry,
+        "mean_prompt_unknown_reason": why,
         "mean_context_tokens": mean_context,
         "concurrency_at_mean_context": pool_tokens // mean_context if pool_tokens and mean_context else None,
         "prompt_length": prompt, "generation_length": generation,
         "mean_request_tokens": request,
         "concurrency_at_mean_request": pool_tokens // request if pool_tokens and request else None}
+
+
+def prefill_mean(s: F.TrafficSummary, per_entry: Optional[int], chunk: Optional[int],
+                 page: Optional[int]) -> tuple[Optional[int], Optional[str]]:
+    """Whether SGLang's prefill lines give the mean prompt. Σ (#new-token + #cached-token) counts
+    each prompt token once, but #new-seq counts a request once per prefill batch it is in: a
+    prompt split by chunked prefill (one chunk per batch) counts once per chunk, a retracted
+    request again when it is prefilled anew. A split starts only where a batch's new tokens
+    reach the chunk budget (to within a page), so lines that never come that close split
+    nothing. Else only tokens per prefill entry are known, at most the mean prompt."""
+    if per_entry is None:
+        return None, None
+    if s.retractions:
+        return None, "retracted requests are prefilled again and counted again"
+    if chunk is not None and chunk <= 0:
+        return per_entry, None  # chunked prefill off
+    if chunk is None:
+        return None, "chunked_prefill_size is not stated: a prompt split into chunks counts once per chunk"
+    if page and s.prefill_max_new_tokens is not None and s.prefill_max_new_tokens <= chunk - page:
+        return per_entry, None
+    reached = ("these lines do not show whether any prompt was split" if s.prefill_max_new_tokens is None else
+               "page_size is not stated" if not page else
+               f"a prefill batch reached the chunk budget ({s.prefill_max_new_tokens} new tokens)")
+    return None, f"chunked prefill (chunked_prefill_size={chunk}) counts a split prompt once per chunk, and {reached}"
 
 
 def distribution(histograms: Sequence[F.LengthHistogram]) -> Optional[dict[str, Any]]:
@@ -197,13 +226,16 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
         throughput=(min(lows) if lows else None, max(highs) if highs else None),
         context_tokens=sum(s.context_tokens for s in summaries), context_requests=sum(s.context_requests for s in summaries),
         prompt_tokens=sum(s.prompt_tokens for s in summaries), prompt_requests=sum(s.prompt_requests for s in summaries),
+        prefill_max_new_tokens=max((s.prefill_max_new_tokens for s in summaries if s.prefill_max_new_tokens is not None),
+                                   default=None),
         retractions=sum(s.retractions for s in summaries), retraction_events=sum(s.retraction_events for s in summaries),
         retraction_tokens_max=max(tokens) if tokens else None, preemptions=sum(preempted) if preempted else None,
         series=tuple(points[t] for t in sorted(points)))
 
 
-@rule("runtime.summary", reads=(F.TrafficSummary, F.TrafficMark, F.CounterReadings, F.LengthHistogram, "concurrency?",
-                                "config:max_running_requests?", "kv_pool:tokens?"),
+@rule("runtime.summary", reads=(F.TrafficSummary, F.TrafficMark, F.CounterReadings, F.LengthHistogram, F.TokenBudget,
+                                "concurrency?", "config:max_running_requests?", "config:chunked_prefill_size?",
+                                "config:page_size?", "kv_pool:tokens?"),
       concludes=("runtime",))
 def summary(kb):
     """Sums each rank's request-time lines (SGLang `Prefill batch` / `Decode batch` and
@@ -221,8 +253,15 @@ def summary(kb):
     limit = (rows[0].detail["request_limit"] if rows else limit_d.value if limit_d is not None and limit_d.known
              else None)
     pool = tokens_d.value if tokens_d is not None and tokens_d.known else None
+    # the chunk budget in effect: the max_total_num_tokens line prints it after SGLang chose it
+    budget = next((b for b in kb.of(F.TokenBudget, role=None) if b.chunked_prefill_size is not None), None)
+    chunk_d, page_d = kb.get("config", "chunked_prefill_size"), kb.get("config", "page_size")
+    chunk = budget.chunked_prefill_size if budget else chunk_d.value if chunk_d is not None and chunk_d.known else None
+    page = page_d.value if page_d is not None and page_d.known and isinstance(page_d.value, int) else None
+    chunk = chunk if isinstance(chunk, int) else None
     marks = kb.of(F.TrafficMark, role=None)
-    used = tuple(d for d in (limit_d, tokens_d) if d is not None and d.known)
+    used = tuple(d for d in (limit_d, tokens_d, chunk_d, page_d) if d is not None and d.known) + (
+        (budget,) if budget is not None else ())
     summaries = kb.of(F.TrafficSummary, role=None)
     counters, histograms = kb.of(F.CounterReadings, role=None), kb.of(F.LengthHistogram, role=None)
     groups = [(s.rank.key(), s, [s]) for s in summaries]
@@ -235,7 +274,7 @@ def summary(kb):
         ranks = {p.rank for p in parts}
         read = ([c for c in counters if together or c.rank in ranks],
                 [h for h in histograms if together or h.rank in ranks])
-        value = summarize(s, limit, pool, *read)
+        value = summarize(s, limit, pool, *read, chunk=chunk, page=page)
         usage = value["kv_usage"]
         formula = (f"{s.lines} traffic lines from {s.first_time or '?'} to {s.last_time or '?'} ({line_ref(s)} on)"
                    + (f"; KV usage peak {usage['peak']}, p50 {usage['p50']}" if usage else "; no KV usage printed"))
