@@ -1,0 +1,292 @@
+"""What the running server's own traffic lines say, per rank (the report's `runtime`)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+from capdiag import facts as F
+from capdiag.engine import Derived, rule
+from capdiag.rules._common import line_ref
+
+FULL_AT = 0.9  # usage from which the pool counts as full for queueing
+AT_100 = 1.0  # printed as 1.00 (SGLang) or 100.0% (vLLM)
+
+
+def percentile(samples: list[tuple[float, int]], share: float) -> Optional[float]:
+    """Nearest-rank percentile of (value, count) pairs sorted by value."""
+    total = sum(n for _, n in samples)
+    if not total:
+        return None
+    rank, seen = max(1, math.ceil(share * total - 1e-9)), 0
+    for value, n in samples:
+        seen += n
+        if seen >= rank:
+            return value
+    return samples[-1][0]
+
+
+def _share(part: int, whole: int) -> Optional[float]:
+    return round(part / whole, 4) if whole else None
+
+
+def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[int],
+              counters: Sequence[F.CounterReadings] = (), histograms: Sequence[F.LengthHistogram] = (),
+              chunk: Optional[int] = None, page: Optional[int] = None) -> dict[str, Any]:
+    """The runtime summary of one rank's traffic (the JSON `runtime.ranks[]` entry, without
+    evidence); from a probe also its counters' rates and the request lengths its histograms hold."""
+    with_usage: dict[float, int] = {}
+    queued = queued_full = queued_limit = queued_unknown = at_limit = 0
+    for usage, is_queued, running, n in s.samples:
+        if usage is not None:
+            with_usage[usage] = with_usage.get(usage, 0) + n
+        at_limit += n if limit and running >= limit else 0
+        if is_queued:
+            queued += n
+            if usage is None:
+                queued_unknown += n
+            elif usage >= FULL_AT:
+                queued_full += n
+            elif limit and running >= limit:
+                queued_limit += n
+    counted = sum(with_usage.values())
+    ordered = sorted(with_usage.items())
+    lines_with_state = sum(n for *_, n in s.samples)
+    causes = {"memory": queued_full, "request_limit": queued_limit,
+              "other": queued - queued_full - queued_limit - queued_unknown}
+    mean_context = round(s.context_tokens / s.context_requests) if s.context_requests else None
+    return {
+        "lines": s.lines, "first_time": s.first_time or None, "last_time": s.last_time or None,
+        "kv_usage": None if not counted else {
+            "peak": ordered[-1][0], "p50": percentile(ordered, 0.5), "p90": percentile(ordered, 0.9),
+            "p99": percentile(ordered, 0.99),
+            "share_at_or_above_90": _share(sum(n for u, n in ordered if u >= FULL_AT), counted),
+            "share_at_100": _share(sum(n for u, n in ordered if u >= AT_100), counted)},
+        "running_requests": {"peak": max((r for _, _, r, _ in s.samples), default=None), "limit": limit,
+                             "share_at_limit": _share(at_limit, lines_with_state) if limit else None},
+        "queued_requests": {"peak": s.peak_queue, "lines_queued": queued, "queued_while_kv_full": queued_full,
+                            "queued_at_request_limit": queued_limit,
+                            "queued_other": causes["other"], "queued_kv_unknown": queued_unknown},
+        "queueing_bound_by": max(causes, key=causes.get) if any(causes.values()) else None,
+        "retractions": s.retractions if s.framework == "sglang" else None,
+        "retraction_events": s.retraction_events if s.framework == "sglang" else None,
+        "retraction_tokens_max": s.retraction_tokens_max,
+        "preemptions": s.preemptions,
+        "preemptions_unknown_reason": _no_preemption_count(s),
+        "throughput": {"min": s.throughput[0], "max": s.throughput[1]},
+        "observed_lengths": observed_lengths(s, pool_tokens, histograms, chunk, page),
+        "rates": rates(counters),
+        "series": [{"time": t, "kv_usage": u if u >= 0 else None, "running": r, "queued": q}
+                   for t, u, r, q in s.series],
+    }
+
+
+def observed_lengths(s: F.TrafficSummary, pool_tokens: Optional[int], histograms: Sequence[F.LengthHistogram],
+                     chunk: Optional[int] = None, page: Optional[int] = None) -> dict[str, Any]:
+    """The request lengths the inputs show: SGLang's prefill lines (new + cached tokens per new
+    sequence, `chunk` and `page` the chunked-prefill budget and page size in effect) and decode
+    lines (tokens per running request), or a server's length histograms (one observation per
+    finished request: mean exact, percentiles to the bucket)."""
+    mean_context = round(s.context_tokens / s.context_requests) if s.context_requests else None
+    prompt, generation = (distribution([h for h in histograms if h.kind == kind]) for kind in ("prompt", "generation"))
+    per_entry = round(s.prompt_tokens / s.prompt_requests) if s.prompt_requests else None
+    mean_prompt, why = prefill_mean(s, per_entry, chunk, page)
+    if mean_prompt is None and prompt is not None:
+        mean_prompt, why = prompt["mean"], None
+    # both histograms observe each finished request once: the means add up to the mean request
+    same = prompt is not None and generation is not None and prompt["requests"] == generation["requests"]
+    request = prompt["mean"] + generation["mean"] if same and prompt["mean"] is not None else None
+    return {
+        "mean_prompt_tokens": mean_prompt,
+        "prompt_tokens_per_prefill_entry": per_entry,
+        "mean_prompt_unknown_reason": why,
+        "mean_context_tokens": mean_context,
+        "concurrency_at_mean_context": pool_tokens // mean_context if pool_tokens and mean_context else None,
+        "prompt_length": prompt, "generation_length": generation,
+        "mean_request_tokens": request,
+        "concurrency_at_mean_request": pool_tokens // request if pool_tokens and request else None}
+
+
+def prefill_mean(s: F.TrafficSummary, per_entry: Optional[int], chunk: Optional[int],
+                 page: Optional[int]) -> tuple[Optional[int], Optional[str]]:
+    """Whether SGLang's prefill lines give the mean prompt. Σ (#new-token + #cached-token) counts
+    each prompt token once, but #new-seq counts a request once per prefill batch it is in: a
+    prompt split by chunked prefill (one chunk per batch) counts once per chunk, a retracted
+    request again when it is prefilled anew. A split starts only where a batch's new tokens
+    reach the chunk budget (to within a page), so lines that never come that close split
+    nothing. Else only tokens per prefill entry are known, at most the mean prompt."""
+    if per_entry is None:
+        return None, None
+    if s.retractions:
+        return None, "retracted requests are prefilled again and counted again"
+    if chunk is not None and chunk <= 0:
+        return per_entry, None  # chunked prefill off
+    if chunk is None:
+        return None, "chunked_prefill_size is not stated: a prompt split into chunks counts once per chunk"
+    if page and s.prefill_max_new_tokens is not None and s.prefill_max_new_tokens <= chunk - page:
+        return per_entry, None
+    reached = ("these lines do not show whether any prompt was split" if s.prefill_max_new_tokens is None else
+               "page_size is not stated" if not page else
+               f"a prefill batch reached the chunk budget ({s.prefill_max_new_tokens} new tokens)")
+    return None, f"chunked prefill (chunked_prefill_size={chunk}) counts a split prompt once per chunk, and {reached}"
+
+
+def distribution(histograms: Sequence[F.LengthHistogram]) -> Optional[dict[str, Any]]:
+    """One length histogram (several ranks' added where their buckets agree): the requests, the
+    mean, and p50/p90/p99 as the bucket each falls in (`above` < length ≤ `at_most`)."""
+    if not histograms or any(h.buckets and [b for b, _ in h.buckets] != [b for b, _ in histograms[0].buckets]
+                             for h in histograms):
+        return None
+    count = sum(h.count for h in histograms)
+    total = sum(h.total for h in histograms)
+    cumulative = [(bound, sum(h.buckets[i][1] for h in histograms)) for i, (bound, _) in enumerate(histograms[0].buckets)]
+
+    def at(share: float) -> Optional[dict[str, Optional[float]]]:
+        if not count:
+            return None
+        wanted, below = max(1, math.ceil(share * count - 1e-9)), 0.0
+        for bound, seen in cumulative:
+            if seen >= wanted:
+                return {"above": _whole(below), "at_most": None if math.isinf(bound) else _whole(bound)}
+            below = bound
+        return None
+
+    longest, before = None, 0.0
+    for bound, seen in cumulative:
+        longest, before = (bound if seen > before else longest), seen
+    return {"metric": histograms[0].metric, "requests": _whole(count),
+            "mean": round(total / count) if count else None,
+            "p50": at(0.5), "p90": at(0.9), "p99": at(0.99),
+            "longest_at_most": None if longest is None or math.isinf(longest) else _whole(longest)}
+
+
+def rates(counters: Sequence[F.CounterReadings]) -> Optional[dict[str, Any]]:
+    """The counters' increase from the first scrape to the last, per second (several ranks'
+    added); None without counters (a log). A counter that went down was reset: the server
+    restarted between the scrapes."""
+    if not counters:
+        return None
+    seconds, why = counters[0].seconds, counters[0].unknown_reason
+    sums: dict[str, list] = {}
+    for c in counters:
+        for name, metric, first, last in c.readings:
+            entry = sums.setdefault(name, [metric, 0.0, 0.0])
+            entry[1] += first
+            entry[2] += last
+    out: dict[str, Any] = {}
+    for name, (metric, first, last) in sums.items():
+        grew = last - first
+        reason = ("the counter went down between the scrapes: the server restarted" if grew < 0 else
+                  None if seconds else why)
+        out[name] = {"metric": metric, "first": _whole(first), "last": _whole(last),
+                     "increase": _whole(grew) if grew >= 0 and counters[0].scrapes > 1 else None,
+                     "per_second": round(grew / seconds, 3) if seconds and grew >= 0 else None,
+                     "unknown_reason": reason}
+    queries, hits = out.get("prefix_cache_queries"), out.get("prefix_cache_hits")
+    hit_rate = (round(hits["increase"] / queries["increase"], 4) if queries and hits and queries["increase"]
+                and hits["increase"] is not None else None)
+    return {"scrapes": counters[0].scrapes, "seconds": seconds, "unknown_reason": why, "counters": out,
+            "prefix_cache_hit_rate": hit_rate}
+
+
+def _no_preemption_count(s: F.TrafficSummary) -> Optional[str]:
+    if s.framework != "vllm" or s.preemptions is not None:
+        return None
+    if s.evidence.line == F.INPUT_LINE:
+        return "the scrape holds no vllm:num_preemptions_total"
+    return ("vLLM's log states the count only at every 50th preemption (V0) or not at all (V1); its /metrics "
+            "counts them (capdiag probe)")
+
+
+def _whole(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else x
+
+
+def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
+    """All ranks' lines as one summary: counts add, peaks and ranges take the extremes, the
+    series joins by time (a point's figures are the largest any rank printed then)."""
+    samples: dict[tuple, int] = {}
+    for s in summaries:
+        for usage, queued, running, n in s.samples:
+            samples[(usage, queued, running)] = samples.get((usage, queued, running), 0) + n
+    points: dict[str, tuple] = {}
+    for s in summaries:
+        for t, u, r, q in s.series:
+            old = points.get(t)
+            points[t] = (t, u, r, q) if old is None else (t, max(old[1], u), max(old[2], r), max(old[3], q))
+    lows = [s.throughput[0] for s in summaries if s.throughput[0] is not None]
+    highs = [s.throughput[1] for s in summaries if s.throughput[1] is not None]
+    preempted = [s.preemptions for s in summaries if s.preemptions is not None]
+    tokens = [s.retraction_tokens_max for s in summaries if s.retraction_tokens_max is not None]
+    first = min(summaries, key=lambda s: s.evidence.line)
+    return F.TrafficSummary(
+        evidence=first.evidence, framework=first.framework, lines=sum(s.lines for s in summaries),
+        first_time=min((s.first_time for s in summaries if s.first_time), default=""),
+        last_time=max((s.last_time for s in summaries if s.last_time), default=""),
+        samples=tuple(sorted((*k, n) for k, n in samples.items())), peak_queue=max(s.peak_queue for s in summaries),
+        throughput=(min(lows) if lows else None, max(highs) if highs else None),
+        context_tokens=sum(s.context_tokens for s in summaries), context_requests=sum(s.context_requests for s in summaries),
+        prompt_tokens=sum(s.prompt_tokens for s in summaries), prompt_requests=sum(s.prompt_requests for s in summaries),
+        prefill_max_new_tokens=max((s.prefill_max_new_tokens for s in summaries if s.prefill_max_new_tokens is not None),
+                                   default=None),
+        retractions=sum(s.retractions for s in summaries), retraction_events=sum(s.retraction_events for s in summaries),
+        retraction_tokens_max=max(tokens) if tokens else None, preemptions=sum(preempted) if preempted else None,
+        series=tuple(points[t] for t in sorted(points)))
+
+
+@rule("runtime.summary", reads=(F.TrafficSummary, F.TrafficMark, F.CounterReadings, F.LengthHistogram, F.TokenBudget,
+                                "concurrency?", "config:max_running_requests?", "config:chunked_prefill_size?",
+                                "config:page_size?", "kv_pool:tokens?"),
+      concludes=("runtime",))
+def summary(kb):
+    """Sums each rank's request-time lines (SGLang `Prefill batch` / `Decode batch` and
+    retractions, vLLM's periodic `Avg prompt throughput` metrics and preemptions): the span, KV
+    usage peak and percentiles (fractions 0–1; vLLM's percent / 100), the share of lines at or
+    above 90 % and at 100 %, peak running requests against the request limit, why requests
+    queued (the pool ≥ 90 % full: memory; running at the limit with room: the request limit;
+    else scheduling or compute), retractions or preemptions, the throughput range, and the
+    request lengths the lines show. Shares are of traffic lines, not of wall time: SGLang prints
+    a line per batch logged, vLLM one every 10 s."""
+    # the request limit as the concurrency table applies it (per DP worker), else as configured
+    rows = [c for c in kb.topic("concurrency") if c.detail.get("request_limit") is not None]
+    limit_d = rows[0] if rows else kb.get("config", "max_running_requests")
+    tokens_d = kb.get("kv_pool", "tokens")
+    limit = (rows[0].detail["request_limit"] if rows else limit_d.value if limit_d is not None and limit_d.known
+             else None)
+    pool = tokens_d.value if tokens_d is not None and tokens_d.known else None
+    # the chunk budget in effect: the max_total_num_tokens line prints it after SGLang chose it
+    budget = next((b for b in kb.of(F.TokenBudget, role=None) if b.chunked_prefill_size is not None), None)
+    chunk_d, page_d = kb.get("config", "chunked_prefill_size"), kb.get("config", "page_size")
+    chunk = budget.chunked_prefill_size if budget else chunk_d.value if chunk_d is not None and chunk_d.known else None
+    page = page_d.value if page_d is not None and page_d.known and isinstance(page_d.value, int) else None
+    chunk = chunk if isinstance(chunk, int) else None
+    marks = kb.of(F.TrafficMark, role=None)
+    used = tuple(d for d in (limit_d, tokens_d, chunk_d, page_d) if d is not None and d.known) + (
+        (budget,) if budget is not None else ())
+    summaries = kb.of(F.TrafficSummary, role=None)
+    counters, histograms = kb.of(F.CounterReadings, role=None), kb.of(F.LengthHistogram, role=None)
+    groups = [(s.rank.key(), s, [s]) for s in summaries]
+    if len(summaries) > 1:
+        groups.append(("all", merged(summaries), summaries))
+    for key, s, parts in groups:
+        mine = [m for m in marks if any(m.summary_line == p.evidence.line and m.rank == p.rank for p in parts)]
+        # SGLang's tokenizer counts for all DP ranks together (no rank label): those go with all
+        together = key == "all" or len(summaries) == 1
+        ranks = {p.rank for p in parts}
+        read = ([c for c in counters if together or c.rank in ranks],
+                [h for h in histograms if together or h.rank in ranks])
+        value = summarize(s, limit, pool, *read, chunk=chunk, page=page)
+        usage = value["kv_usage"]
+        formula = (f"{s.lines} traffic lines from {s.first_time or '?'} to {s.last_time or '?'} ({line_ref(s)} on)"
+                   + (f"; KV usage peak {usage['peak']}, p50 {usage['p50']}" if usage else "; no KV usage printed"))
+        yield Derived("runtime", key, value, "runtime.summary", (*parts, *mine, *read[0], *read[1]) + used, formula,
+                      detail={"marks": _marks(mine), "rank": None if key == "all" else s.rank, "parts": parts})
+
+
+def _marks(marks: list[F.TrafficMark]) -> dict[str, F.TrafficMark]:
+    """One line per mark: across ranks, the earliest first_*, the latest last_*, the largest peak_*."""
+    chosen: dict[str, F.TrafficMark] = {}
+    for m in sorted(marks, key=lambda m: m.evidence.line):
+        old = chosen.get(m.mark)
+        if old is None or m.mark.startswith("last") or (m.mark.startswith("peak") and m.value > old.value):
+            chosen[m.mark] = m
+    return chosen
