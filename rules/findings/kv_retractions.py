@@ -1,17 +1,15 @@
-"""kv-retractions (CD128)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, gib, is_vllm, runtime, target
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import gib, is_vllm, runtime, target
 
 GIB = 1 << 30
 
 
 @rule("kv-retractions", code="CD128", severity="warning",
       reads=("runtime", "kv_pool:bytes_per_token?", "config:mem_fraction_static?", "breakdown:free?",
-             "target_rank", F.LoadWeightBegin, F.Options, F.TrafficMark),  # the marks come with the runtime summary
-      concludes=("finding:kv-retractions",))
+             "target_rank", F.LoadWeightBegin, F.Options, F.TrafficMark))  # the marks come with the runtime summary
 def kv_retractions(kb):
     """What it checks: the running server retracted requests (SGLang `KV cache pool is full.
     Retract requests. #retracted_reqs: N`, `Decode out of memory happened` before v0.4.8) or
@@ -41,22 +39,23 @@ def kv_retractions(kb):
         first, last = marks.get("first_retraction"), marks.get("last_retraction")
         said = (f"{v['retractions']} request(s) were retracted in {v['retraction_events']} event(s)"
                 f"{_span(first, last)}")
-        yield finding("kv-retractions", (d, first, last), said + ". " + _missing(kb, v["retraction_tokens_max"]),
-                      severity="warning", title="The KV pool ran out: requests were retracted",
-                      action="Give the KV pool the missing tokens (see above), use an fp8 KV cache, or raise "
-                             "--schedule-conservativeness / lower --max-running-requests so fewer requests start.",
-                      detail={"retractions": v["retractions"], "tokens_missing": v["retraction_tokens_max"]})
+        yield Parts((d, first, last),
+                    title="The KV pool ran out: requests were retracted",
+                    message=said + ". " + _missing(kb, v["retraction_tokens_max"]),
+                    action="Give the KV pool the missing tokens (see above), use an fp8 KV cache, or raise "
+                           "--schedule-conservativeness / lower --max-running-requests so fewer requests start.",
+                    detail={"retractions": v["retractions"], "tokens_missing": v["retraction_tokens_max"]})
     elif v["preemptions"]:
         last = marks.get("last_preemption")
         said = (f"vLLM had preempted {v['preemptions']} request(s) by line {last.evidence.line} (it warns at every "
                 "50th, with the running total)" if last is not None else
                 f"vLLM counts {v['preemptions']} preemption(s) since it started")
-        yield finding("kv-retractions", (d, last),
-                      said + "; it does not say how many KV tokens were missing.",
-                      severity="warning", title="The KV pool ran out: requests were preempted",
-                      action="Raise --gpu-memory-utilization where the start-up left memory free, use an fp8 KV cache, "
-                             "or lower --max-num-seqs.",
-                      detail={"preemptions": v["preemptions"]})
+        yield Parts((d, last),
+                    title="The KV pool ran out: requests were preempted",
+                    message=said + "; it does not say how many KV tokens were missing.",
+                    action="Raise --gpu-memory-utilization where the start-up left memory free, use an fp8 KV cache, "
+                           "or lower --max-num-seqs.",
+                    detail={"preemptions": v["preemptions"]})
 
 
 def _span(first, last) -> str:
