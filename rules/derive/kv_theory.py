@@ -132,6 +132,20 @@ def theoretical(kb):
                   {"attention": "mha", "kv_heads_per_rank": per_rank, "replication": copies, "layers": layers})
 
 
+def model_dtype(kb) -> Optional[tuple[F.Fact, str, str]]:
+    """(fact, dtype, where it is stated) of the model's dtype, which `auto` KV takes: the
+    weight-load line, vLLM's engine config, or config.json; None when none states one."""
+    loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
+    engine = kb.first(F.VllmEngineConfig, role=None)
+    model = kb.first(F.ModelConfig, role=None)
+    candidates = [(loaded, loaded.dtype if loaded else None, "the weights' dtype (Load weight end)"),
+                  (engine, engine.fields.get("dtype") if engine else None, "the model dtype (engine config)"),
+                  (model, (model.fields.get("torch_dtype") or model.fields.get("dtype")) if model else None,
+                   "the model's dtype (config.json)")]
+    return next(((fact, dtype, what) for fact, dtype, what in candidates
+                 if isinstance(dtype, str) and element_size(dtype) is not None), None)
+
+
 @rule("kv-pool.dtype",
       reads=(F.KVCacheAllocated, F.KVCacheDtype, F.LoadWeightEnd, F.VllmEngineConfig, F.ModelConfig, "config:kv_cache_dtype"),
       concludes=("kv_pool:dtype",))
@@ -153,18 +167,13 @@ def kv_dtype(kb):
         yield Derived("kv_pool", "dtype", Unknown("the log prints no KV dtype and states no kv_cache_dtype"),
                       "kv-pool.dtype", ())
         return
-    loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
-    engine = kb.first(F.VllmEngineConfig, role=None)
+    found = model_dtype(kb)
+    if found is not None:
+        fact, dtype, what = found
+        premises = (fact,) + ((configured,) if configured is not None else ())
+        yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
+        return
     model = kb.first(F.ModelConfig, role=None)
-    candidates = [(loaded, loaded.dtype if loaded else None, "the weights' dtype (Load weight end)"),
-                  (engine, engine.fields.get("dtype") if engine else None, "the model dtype (engine config)"),
-                  (model, (model.fields.get("torch_dtype") or model.fields.get("dtype")) if model else None,
-                   "the model's dtype (config.json)")]
-    for fact, dtype, what in candidates:
-        if isinstance(dtype, str) and element_size(dtype) is not None:
-            premises = (fact,) + ((configured,) if configured is not None else ())
-            yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
-            return
     if model is not None:
         yield Derived("kv_pool", "dtype", Unknown("no KV dtype printed or configured, and config.json names no dtype"),
                       "kv-pool.dtype", (model,))
