@@ -10,11 +10,17 @@ from capdiag.rules._common import line_ref
       reads=(F.Options, F.TokenBudget, "config:dp_size"),
       concludes=("concurrency",))
 def concurrency(kb):
-    """For each request length L: token limit = max_total_num_tokens // L, request limit =
+    """What it concludes: `concurrency.<L>`: how many requests of L tokens fit in the SGLang pool at
+    once.
+
+    How: For each request length L: token limit = max_total_num_tokens // L, request limit =
     max_running_requests, concurrent requests = the smaller (the token limit, marked as an upper
-    bound, where the request limit is not printed). Both figures are per DP worker
-    (SGLang divides them under DP attention); radix-cache sharing and page rounding are
-    ignored, so this is the worst case of distinct prompts."""
+    bound, where the request limit is not printed). Both figures are per DP worker (SGLang divides
+    them under DP attention); radix-cache sharing and page rounding are ignored, so this is the
+    worst case of distinct prompts.
+
+    Example: `max_total_num_tokens=415615, …, max_running_requests=4096`: min(415615 // 4096 = 101,
+    4096) = 101."""
     options = kb.first(F.Options, role=None)
     lengths = options.token_lengths if options else (4096, 6144, 8192)
     budget = next((b for b in kb.of(F.TokenBudget, role=None)), None)

@@ -70,10 +70,15 @@ def _is_compressed_swa(cfg: dict) -> bool:
       reads=(F.ModelConfig, "kv_pool:dtype", "config:tp_size", "config:pp_size", "config:dp_size", "config:enable_dp_attention?"),
       concludes=("kv_pool:theoretical_bytes_per_token",))
 def theoretical(kb):
-    """Theoretical KV bytes per token per rank from config.json (see the module text for the
-    formulas), with the KV dtype the log states (else the model's dtype for `auto`). Says how
-    many copies of a KV head exist when kv_heads < TP, and refuses a figure for DeepSeek-V4's
-    compressed KV, whose `bytes_per_full_token` the log prints instead."""
+    """What it concludes: `kv_pool.theoretical_bytes_per_token`: what one token's KV should take per
+    rank, from config.json.
+
+    How: Theoretical KV bytes per token per rank from config.json (see the module text for the
+    formulas), with the KV dtype the log states (else the model's dtype for `auto`). Says how many
+    copies of a KV head exist when kv_heads < TP, and refuses a figure for DeepSeek-V4's compressed
+    KV, whose `bytes_per_full_token` the log prints instead.
+
+    Example: Llama-3.1-8B: 8 KV heads × (128 + 128) × 32 layers × 2 B = 131072 B."""
     model = kb.first(F.ModelConfig, role=None)
     if model is None:
         return
@@ -150,10 +155,15 @@ def model_dtype(kb) -> Optional[tuple[F.Fact, str, str]]:
       reads=(F.KVCacheAllocated, F.KVCacheDtype, F.LoadWeightEnd, F.VllmEngineConfig, F.ModelConfig, "config:kv_cache_dtype"),
       concludes=("kv_pool:dtype",))
 def kv_dtype(kb):
-    """The KV element type in use: what the log's KV lines print, else the configured
+    """What it concludes: `kv_pool.dtype`: the KV cache's element type.
+
+    How: The KV element type in use: what the log's KV lines print, else the configured
     kv_cache_dtype, else — for a stated `auto` — the model's dtype (the weight-load line, vLLM's
-    engine config, or config.json). A log that states neither leaves it unknown: `auto` is
-    never assumed."""
+    engine config, or config.json). A log that states neither leaves it unknown: `auto` is never
+    assumed.
+
+    Example: `KV Cache is allocated. dtype: torch.bfloat16, #tokens: 415615`, or
+    `kv_cache_dtype='auto'` with `Load weight end. … dtype=torch.bfloat16`."""
     printed = next((f for f in kb.of(F.KVCacheAllocated, F.KVCacheDtype, role=None) if getattr(f, "dtype", None)),
                    None)
     if printed is not None:
@@ -183,10 +193,16 @@ def kv_dtype(kb):
       reads=(F.ModelConfig, "kv_pool:bytes_per_token", "kv_pool:theoretical_bytes_per_token", "breakdown:draft_kv_cache?"),
       concludes=("kv_pool:comparison",))
 def compare(kb):
-    """The log's implied bytes per token against the theoretical figure, and what explains a
-    difference: SGLang's pool holds one padding page (K size covers tokens + page); a draft
-    model, hybrid or sliding-window layers, or a different KV dtype change the cell; anything
-    else is reported as unexplained."""
+    """What it concludes: `kv_pool.comparison`: the log's implied bytes per token against the
+    theoretical figure, and what explains a difference.
+
+    How: The log's implied bytes per token against the theoretical figure, and what explains a
+    difference: SGLang's pool holds one padding page (K size covers tokens + page); a draft model,
+    hybrid or sliding-window layers, or a different KV dtype change the cell; anything else is
+    reported as unexplained.
+
+    Example: 131087 B implied against 131072 B theoretical: within the printed rounding and the
+    padding page."""
     log = kb.get("kv_pool", "bytes_per_token")
     theory = kb.get("kv_pool", "theoretical_bytes_per_token")
     if log is None or theory is None or not log.known or not theory.known or not theory.value:
