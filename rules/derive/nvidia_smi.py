@@ -25,11 +25,19 @@ def gpu_index(rank: F.Rank, tp_size: int, base: int, step: int) -> int | None:
       reads=(F.Fact, F.SmiMigDevice, "config:tp_size"),
       concludes=("nvidia_smi",))
 def ranks(kb):
-    """Pairs each rank with the GPU nvidia-smi lists at index base_gpu_id + (PP stage × TP size
-    + TP rank) × gpu_id_step (SGLang's placement; base 0, step 1 unless server_args says
-    otherwise), and names a GPU whose used memory differs from the median by more than
-    1 GiB. nvidia-smi was sampled at another time than the log's start-up lines: the server
-    may have served traffic since, so the figures are compared, not assumed equal."""
+    """What it concludes: `nvidia_smi.<rank>`: which GPU nvidia-smi lists for each rank, and its used
+    memory.
+
+    How: Pairs each rank with the GPU nvidia-smi lists at index base_gpu_id + (PP stage × TP size +
+    TP rank) × gpu_id_step (SGLang's placement; base 0, step 1 unless server_args says otherwise),
+    and names a GPU whose used memory differs from the median by more than 1 GiB. nvidia-smi was
+    sampled at another time than the log's start-up lines: the server may have served traffic since,
+    so the figures are compared, not assumed equal. With MIG instances (the table's `MIG devices:`)
+    a process sees its instance, not the parent GPU: the one instance of a one-rank log is the
+    rank's; otherwise which instance each rank used is not in the inputs, and is not guessed.
+
+    Example: `0, 66120 MiB, 14960 MiB` (`--query-gpu=index,memory.used,memory.free
+    --format=csv,noheader`) for TP 0."""
     gpus = {g.index: g for g in kb.of(F.SmiGpu, role=None)}
     migs = kb.of(F.SmiMigDevice, role=None)
     if migs:  # a process on a MIG instance sees the instance, not the parent GPU
@@ -83,11 +91,16 @@ def _mig_ranks(kb, migs):
 
 @rule("nvidia-smi.processes", reads=(F.SmiProcess, F.Fact), concludes=("smi_processes",))
 def processes(kb):
-    """Names the processes nvidia-smi shows holding GPU memory (the default table's `Processes:`
-    section, or `--query-compute-apps=pid,process_name,used_memory`) and which are this server:
-    a pid that a line's process prefix names (`(EngineCore_0 pid=207574)`, `(RayWorkerWrapper
-    pid=…)`) is the server's; another pid is another tenant of the GPU, whose memory is in
-    `other`. A log that prints no pids (SGLang) leaves it unknown which process is the server."""
+    """What it concludes: `smi_processes.all`: the processes nvidia-smi shows holding GPU memory,
+    and which of them are this server.
+
+    How: the default table's `Processes:` section, or `--query-compute-apps=pid,process_name,
+    used_memory`; a pid that a line's process prefix names (`(EngineCore_0 pid=207574)`,
+    `(RayWorkerWrapper pid=…)`) is the server's, another pid is another tenant of the GPU, whose
+    memory is in `other`. A log that prints no pids (SGLang) leaves it unknown which is the server.
+
+    Example: `3321, /opt/tenant/bin/encoder, 2048 MiB` beside a log of `(EngineCore_0 pid=207574)`
+    lines: another tenant holds 2048 MiB."""
     procs = kb.of(F.SmiProcess, role=None)
     if not procs:
         return
@@ -107,11 +120,17 @@ def processes(kb):
       reads=("target_rank", "nvidia_smi", "nvidia_smi:mig?", *(f"breakdown:{c}?" for c in _HELD)),
       concludes=("breakdown:other",))
 def other(kb):
-    """Other: memory in use that no line accounts for — nvidia-smi's used memory on the target
-    rank's GPU minus every category the log explains (framework, weights, KV cache, Mamba
-    state, CUDA graphs, and the draft model's). It holds DeepGEMM/JIT workspaces, NCCL growth,
-    allocator fragmentation and other tenants. Without nvidia-smi, or with a category unknown,
-    it stays unknown. nvidia-smi was sampled after start-up, so traffic since then counts too."""
+    """What it concludes: `breakdown.other`: the GiB in use on the rank's GPU that no log line
+    explains.
+
+    How: Memory in use that no line accounts for — nvidia-smi's used memory on the target rank's GPU
+    minus every category the log explains (framework, weights, KV cache, Mamba state, CUDA graphs,
+    and the draft model's). It holds DeepGEMM/JIT workspaces, NCCL growth, allocator fragmentation
+    and other tenants. Without nvidia-smi, or with a category unknown, it stays unknown. nvidia-smi
+    was sampled after start-up, so traffic since then counts too.
+
+    Example: nvidia-smi's `0, 66120 MiB, 14960 MiB` for the rank's GPU: 64.57 GiB used, less every
+    category the log explains."""
     rank = target(kb)
     if rank is None:
         return

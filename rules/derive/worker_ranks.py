@@ -8,13 +8,19 @@ from capdiag.rules._common import line_ref
 
 @rule("worker-ranks", reads=(F.Fact,), concludes=("worker_ranks",))
 def worker_ranks(kb):
-    """Concludes, for each worker process the log names only by its process (Ray's
-    `(RayWorkerWrapper pid=714, ip=10.0.3.17)`, V0's `(VllmWorkerProcess pid=7)`), the rank it
-    holds: the one its own `rank R in world size W is assigned as DP rank a, PP rank b, TP rank c`
-    line states, cited. A worker whose line is not in the log keeps no rank, with the reason —
-    Ray's de-duplication folds all but one worker's assignment line into `[repeated Nx across
-    cluster]`, and it compares lines without their numbers, so the folded ranks are not in the
-    log. Ranks are never guessed from the order of pids or addresses."""
+    """What it concludes: `worker_ranks.<process>`: the rank each worker process holds, for the
+    processes the log names only by their label (Ray's `(RayWorkerWrapper pid=714, ip=10.0.3.17)`,
+    V0's `(VllmWorkerProcess pid=7)`).
+
+    How: the rank its own `rank R in world size W is assigned as DP rank a, PP rank b, TP rank c`
+    line states, cited (capdiag.parsing.worker_ranks has placed the process's facts there). A
+    worker whose line is not in the log keeps no rank, with the reason — Ray's de-duplication
+    folds all but one worker's assignment line into `[repeated Nx across cluster]`, and it
+    compares lines without their numbers, so the folded ranks are not in the log. Ranks are never
+    guessed from the order of pids or addresses.
+
+    Example: `(RayWorkerWrapper pid=714, ip=10.0.3.17) … rank 1 in world size 4 is assigned as DP
+    rank 0, PP rank 0, TP rank 1`: that process is DP0 PP0 TP1."""
     assignments = [a for a in kb.of(F.VllmRankAssignment, role=None) if a.rank.worker]
     folded = [a for a in kb.of(F.VllmRankAssignment, role=None) if a.evidence.repeated]
     workers: dict[str, F.Rank] = {}
