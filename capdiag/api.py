@@ -303,7 +303,7 @@ def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, para
     `workloads` are "8192x16" or (8192, 16); `from_log` fills TP, dtypes, framework and
     fraction from a start-up (what is given here wins) and compares the prediction with it.
     """
-    from capdiag import planning
+    from capdiag.rules.plan import driver as planning
 
     shapes = [name for name, given in (("--config-json", config_json), ("--model", model),
                                        ("--layers/--kv-heads/--head-dim", layers or kv_heads or head_dim)) if given]
@@ -355,7 +355,7 @@ class Diff(_Document):
 
 def diff(before: LogInput, after: LogInput, **inputs: Any) -> Diff:
     """Compare two start-up logs; `inputs` as for explain(), applied to both."""
-    from capdiag.diffing import diff as compare
+    from capdiag.rules.diff.driver import diff as compare
 
     return Diff(compare(_analysis(before, **inputs), _analysis(after, **inputs)))
 

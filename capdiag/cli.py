@@ -22,7 +22,7 @@ from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
 from capdiag.printable import printable
-from capdiag.rules.plan import BYTES_PER_WEIGHT
+from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
 from capdiag.whatif import KEYS
 from capdiag.rules import find_rule

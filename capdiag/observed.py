@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from capdiag import facts as F
-from capdiag.rules.kv_pool import main_kv_line
+from capdiag.rules.derive.kv_pool import main_kv_line
 
 # (fact kind, attribute, observed key). The first line of a kind on a rank fills the key.
 _SIMPLE = (

@@ -14,7 +14,7 @@ from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, 
 from capdiag.observed import observed_by_rank, with_contract_keys
 from capdiag.parsing import framework_of
 from capdiag.rules import FINDING_RULES
-from capdiag.rules.stand_in import STAND_IN_KINDS
+from capdiag.rules.derive.stand_in import STAND_IN_KINDS
 
 SCHEMA = "capdiag.report/1"
 CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",

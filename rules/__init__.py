@@ -6,16 +6,19 @@ Each rule is a short pure function of the knowledge base; its docstring is its d
 carry a stable code and slug. Each framework has its own reading of the memory lines; the
 rest is shared.
 """
-from capdiag.rules import (breakdown, concurrency, config, context_exceeds_kv, cuda_graph_estimate_off,
-                           cuda_graph_heavy, deepgemm_jit_suspected, dp_attention_budget, excess_headroom,
-                           fp8_kv_opportunity, gpu, gpu_capacity_ambiguous, kernel_cache_cold, kv_head_replication,
-                           kv_pool, kv_theory, low_concurrency, mem_fraction_unstated, moe_expert_buffers, nvidia_smi, out_of_memory,
-                           overlap_weight_load, pp_stage_skew, rank_imbalance, ranks, request_limit_binds,
-                           speculative_draft_memory, stand_in, startup_incomplete, startup_phase, swa_compressed_kv, target_rank,
-                           thin_headroom, unexplained_memory, failure_cause, startup_failed, pool_cap, pool_capped,
-                           weights_exceed_budget, utilization_too_high, vllm_breakdown, vllm_capacity,
-                           vllm_config, weights_theory, what_if, plan, runtime,
-                           kv_capacity_binds, request_limit_binds_traffic, kv_retractions)
+from capdiag.rules.derive import (breakdown, concurrency, config, failure_cause, gpu, kv_pool, kv_theory, nvidia_smi,
+                                  pool_cap, ranks, runtime, stand_in, startup_phase, target_rank, vllm_breakdown,
+                                  vllm_capacity, vllm_config, weights_theory)
+from capdiag.rules.findings import (context_exceeds_kv, cuda_graph_estimate_off, cuda_graph_heavy,
+                                    deepgemm_jit_suspected, dp_attention_budget, excess_headroom, fp8_kv_opportunity,
+                                    gpu_capacity_ambiguous, kernel_cache_cold, kv_capacity_binds, kv_head_replication,
+                                    kv_retractions, low_concurrency, mem_fraction_unstated, moe_expert_buffers,
+                                    out_of_memory, overlap_weight_load, pool_capped, pp_stage_skew, rank_imbalance,
+                                    request_limit_binds, request_limit_binds_traffic, speculative_draft_memory,
+                                    startup_failed, startup_incomplete, swa_compressed_kv, thin_headroom,
+                                    unexplained_memory, utilization_too_high, weights_exceed_budget)
+from capdiag.rules.plan import rules as plan
+from capdiag.rules.what_if import projection as what_if
 
 SGLANG = (
     config.config,

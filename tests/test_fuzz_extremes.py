@@ -15,7 +15,7 @@ import pytest
 from capdiag.analysis import analyse
 from capdiag.errors import InputError
 from capdiag.parsing import read_facts
-from capdiag.planning import plan
+from capdiag.rules.plan.driver import plan
 from capdiag import facts as F
 from capdiag.render import render
 from capdiag.report import build

@@ -24,7 +24,7 @@ from capdiag.engine import Derived, Knowledge, run
 from capdiag.render import render
 from capdiag.report import build
 from capdiag.rules import ALL, FINDINGS, PLAN, rules_for
-from capdiag.rules.diff import DIFF_RULES
+from capdiag.rules.diff.rules import DIFF_RULES
 from helpers import FIXTURES, SHARED
 from test_rule_cases import CASES, parse_args
 

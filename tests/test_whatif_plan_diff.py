@@ -8,9 +8,9 @@ import pytest
 
 from capdiag import facts as F
 from capdiag.analysis import analyse
-from capdiag.diffing import diff
+from capdiag.rules.diff.driver import diff
 from capdiag.errors import InputError
-from capdiag.planning import parse_params, parse_workload, plan
+from capdiag.rules.plan.driver import parse_params, parse_workload, plan
 from capdiag.report import build
 from capdiag.whatif import parse_what_if
 from helpers import SGLANG_CORPUS, SHARED, fixture, needs_shared, run_entry

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Finding, rule
-from capdiag.rules._advice import round_down
+from capdiag.rules.findings._advice import round_down
 from capdiag.rules._common import gib, line_ref
 
 

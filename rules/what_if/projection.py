@@ -16,10 +16,10 @@ from typing import Any, Optional
 from capdiag import facts as F
 from capdiag.engine import Derived, rule
 from capdiag.rules._common import gib, is_vllm
-from capdiag.rules.context_exceeds_kv import context_exceeds_kv
-from capdiag.rules.excess_headroom import excess_headroom
-from capdiag.rules.kv_theory import element_size
-from capdiag.rules.thin_headroom import thin_headroom
+from capdiag.rules.findings.context_exceeds_kv import context_exceeds_kv
+from capdiag.rules.findings.excess_headroom import excess_headroom
+from capdiag.rules.derive.kv_theory import element_size
+from capdiag.rules.findings.thin_headroom import thin_headroom
 
 GIB = 1 << 30
 _FRAMEWORK_KEYS = {"sglang": ("mem_fraction_static", "max_running_requests", "context_len"),

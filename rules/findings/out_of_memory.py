@@ -4,7 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Finding, rule
 from capdiag.rules._common import is_vllm, line_ref
-from capdiag.rules._advice import advised
+from capdiag.rules.findings._advice import advised
 
 # Lines that show the KV pool was sized: an out-of-memory error after one of these happened
 # in capture or serving, not in pool sizing.

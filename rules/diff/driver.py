@@ -9,7 +9,7 @@ from capdiag import facts as F
 from capdiag.analysis import Analysis
 from capdiag.engine import Derived, Knowledge, evidence_chain, run
 from capdiag.report import CONFIG_KEYS, evidence
-from capdiag.rules.diff import DIFF_RULES
+from capdiag.rules.diff.rules import DIFF_RULES
 
 SCHEMA = "capdiag.diff/1"
 _EXTRA_CONFIG = ("cuda_graph_max_bs", "disable_cuda_graph", "enforce_eager", "max_num_batched_tokens")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import rule
 from capdiag.rules._common import finding
-from capdiag.rules.weights_theory import _experts
+from capdiag.rules.derive.weights_theory import _experts
 
 
 @rule("moe-expert-buffers", code="CD122", severity="info",

@@ -17,8 +17,8 @@ from capdiag.errors import InputError
 from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.rules import PLAN
-from capdiag.rules.kv_theory import element_size
-from capdiag.rules.plan import BYTES_PER_WEIGHT
+from capdiag.rules.derive.kv_theory import element_size
+from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 
 BUCKETS = ("weights", "kv_cache", "activation", "framework", "headroom", "training_state")
 SCHEMA = "capdiag.plan/1"
@@ -114,7 +114,7 @@ def _alternatives(request: F.PlanRequest, inputs: list[F.Fact], kb: Knowledge) -
     smaller one), the fewest GPUs (TP) that fit — a TP the model's attention heads divide, when
     they are known; fewest changes first, then fewest GPUs. A weight dtype is only tried when
     the weights are sized from parameters (a checkpoint's stored bytes hold one dtype)."""
-    from capdiag.rules.plan import TP_CHOICES
+    from capdiag.rules.plan.rules import TP_CHOICES
 
     params_known = kb.value("plan", "parameters") is not None
     weight_dtypes = (request.weight_dtype,) + tuple(
@@ -184,7 +184,7 @@ def build_plan(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
 
 def _totals(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
     """Whole-model figures (all GPUs together), as the worksheet publishes them."""
-    from capdiag.rules.plan import TRAINING_BYTES
+    from capdiag.rules.plan.rules import TRAINING_BYTES
 
     params = kb.get("plan", "parameters")
     per_token = kb.get("plan", "kv_per_token")

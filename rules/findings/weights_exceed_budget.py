@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import rule
-from capdiag.rules._advice import POOL_MIN_SHARE, round_up
+from capdiag.rules.findings._advice import POOL_MIN_SHARE, round_up
 from capdiag.rules._common import finding, gib, is_vllm, target
 
 

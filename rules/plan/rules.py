@@ -17,8 +17,8 @@ from typing import Optional
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules.kv_theory import attention_layers, attention_shape, element_size
-from capdiag.rules.weights_theory import parameter_count
+from capdiag.rules.derive.kv_theory import attention_layers, attention_shape, element_size
+from capdiag.rules.derive.weights_theory import parameter_count
 
 GIB = 1 << 30
 BYTES_PER_WEIGHT = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5}

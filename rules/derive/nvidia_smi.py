@@ -6,7 +6,7 @@ from statistics import median
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
-from capdiag.rules.breakdown import row
+from capdiag.rules.derive.breakdown import row
 
 # categories that hold memory at the end of start-up (activation peaks are released)
 _HELD = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
-from capdiag.rules.breakdown import row
+from capdiag.rules.derive.breakdown import row
 
 
 def lines_of(kb, kind) -> list:

@@ -1,0 +1,1 @@
+"""`--what-if`: the start-up re-sized under changed settings (projection.py)."""
