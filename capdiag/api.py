@@ -16,9 +16,9 @@ from capdiag import facts as F
 from capdiag.analysis import Analysis, analyse
 from capdiag.errors import InputError
 from capdiag.source import LogInput
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 from capdiag.whatif import parse_what_if
 
-DEFAULT_LENGTHS = (4096, 6144, 8192)
 DEFAULT_FAIL_ON = "warning"
 WhatIfInput = Union[Mapping[str, Any], Sequence[str], None]
 
@@ -148,7 +148,7 @@ def _what_if(what_if: WhatIfInput) -> Optional[F.WhatIf]:
 
 
 def analyse_options(*, gpu=None, gpu_total_gib=None, nvidia_smi=None, config_json=None, framework=None,
-                    target_rank=None, launch=None, token_lengths=DEFAULT_LENGTHS, what_if: WhatIfInput = None,
+                    target_rank=None, launch=None, token_lengths=DEFAULT_TOKEN_LENGTHS, what_if: WhatIfInput = None,
                     until_ready=None, runtime=True) -> dict[str, Any]:
     """The API's keyword arguments as analysis.analyse() takes them."""
     return {"launch": launch, "target_rank": None if target_rank is None else str(target_rank),
@@ -164,7 +164,7 @@ def _analysis(log: LogInput, **inputs: Any) -> Analysis:
 def explain(log: LogInput, *, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None, framework: Optional[str] = None,
             target_rank: Union[str, int, None] = None, launch: Optional[int] = None,
-            token_lengths: Sequence[int] = DEFAULT_LENGTHS, what_if: WhatIfInput = None,
+            token_lengths: Sequence[int] = DEFAULT_TOKEN_LENGTHS, what_if: WhatIfInput = None,
             until_ready: Optional[bool] = None, runtime: bool = True) -> Report:
     """Explain where each GPU's memory went in one start-up log.
 
@@ -188,7 +188,7 @@ def is_url(log: Any) -> bool:
 def probe(url: Optional[str] = None, *, metrics_files: Sequence[str] = (), headers: Sequence[str] = (),
           token_env: Optional[str] = None, timeout: float = 10.0, verify: Union[bool, str] = True,
           framework: Optional[str] = None, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
-          token_lengths: Sequence[int] = DEFAULT_LENGTHS, target_rank: Union[str, int, None] = None,
+          token_lengths: Sequence[int] = DEFAULT_TOKEN_LENGTHS, target_rank: Union[str, int, None] = None,
           what_if: WhatIfInput = None, **_log_only: Any) -> Report:
     """The report of a running server, from its own endpoints (`url`), or of saved scrapes of its
     `/metrics` (`metrics_files`, oldest first). Options that only a log has (`launch`,

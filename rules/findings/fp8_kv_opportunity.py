@@ -4,7 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import rule
 from capdiag.rules._common import cannot_judge, finding, is_vllm
-from capdiag.rules.derive.kv_theory import element_size
+from capdiag.vocabulary import element_size
 
 
 @rule("fp8-kv-opportunity", code="CD114", severity="info",

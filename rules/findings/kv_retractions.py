@@ -4,8 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import rule
 from capdiag.rules._common import finding, gib, is_vllm, runtime, target
-
-GIB = 1 << 30
+from capdiag.vocabulary import GIB
 
 
 @rule("kv-retractions", code="CD128", severity="warning",

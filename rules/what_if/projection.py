@@ -18,10 +18,9 @@ from capdiag.engine import Derived, rule
 from capdiag.rules._common import gib, is_vllm
 from capdiag.rules.findings.context_exceeds_kv import context_exceeds_kv
 from capdiag.rules.findings.excess_headroom import excess_headroom
-from capdiag.rules.derive.kv_theory import element_size
 from capdiag.rules.findings.thin_headroom import thin_headroom
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, GIB, element_size, kv_cell
 
-GIB = 1 << 30
 _FRAMEWORK_KEYS = {"sglang": ("mem_fraction_static", "max_running_requests", "context_len"),
                    "vllm": ("gpu_memory_utilization", "max_num_seqs", "max_model_len")}
 
@@ -89,10 +88,8 @@ def _tp_change(kb, p: _Projection, cell: float) -> tuple[float, float]:
             or not theory.known:
         p.refuse("tp_size", "needs --config-json, the current tp_size and measured weights")
         return 0.0, cell
-    cfg = model.fields
-    if theory.detail.get("attention") == "mha":
-        heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * max(1, heads // new_tp)
+    if theory.detail.get("attention") == "mha":  # the heads on a rank change; layers and element size do not
+        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * kv_cell(model.fields, 1, new_tp).kv_heads_per_rank
     else:
         new_cell = theory.value  # MLA: every rank holds the latent
     saved = weights.value - weights.value * tp / new_tp
@@ -104,7 +101,7 @@ def _tp_change(kb, p: _Projection, cell: float) -> tuple[float, float]:
 
 def _concurrency(kb, p: _Projection, tokens: int, limit_key: str, context_key: str):
     options = kb.first(F.Options, role=None)
-    lengths = options.token_lengths if options else (4096, 6144, 8192)
+    lengths = options.token_lengths if options else DEFAULT_TOKEN_LENGTHS
     limit = p.changes.get(limit_key, kb.value("config", "max_running_requests"))
     p.values["concurrency"] = [{"request_tokens": n, "token_limit": tokens // n, "request_limit": limit,
                                 "max_concurrent": min(tokens // n, limit) if isinstance(limit, int) else tokens // n}
