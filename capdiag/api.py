@@ -253,6 +253,11 @@ def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Opt
                                  **analyse_options(**inputs)))
 
 
+def report_of(path: str, **inputs: Any) -> dict[str, Any]:
+    """One log's report as data (the JSON contract), as the many-logs workers make it."""
+    return explain(path, **inputs).to_dict()
+
+
 @attrs.frozen
 class Outcome:
     """One of many logs: its report, or the one-line error that stopped it (never both)."""
@@ -268,7 +273,7 @@ def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: A
     cannot be read is an Outcome with its error; the others go on."""
     from capdiag.batch import explain_many as run_many
 
-    for item in run_many(logs, jobs=jobs, **inputs):
+    for item in run_many(logs, report_of, jobs=jobs, **inputs):
         yield Outcome(item.path, None if item.report is None else Report(item.report), item.error)
 
 

@@ -175,7 +175,7 @@ def _explain_many(logs, fmt, output, inputs, trace, jobs):
         raise InputError(f"--format {fmt} is one report; for many logs use {', '.join(MANY_FORMATS)}")
     from capdiag import batch  # worker processes: only for many logs
 
-    items = list(batch.explain_many(logs, jobs=jobs, **inputs))
+    items = list(batch.explain_many(logs, api.report_of, jobs=jobs, **inputs))
     _write(render_many(items, "table" if fmt == "text" else fmt), output)
     for item in items:
         if item.error:

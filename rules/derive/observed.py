@@ -61,8 +61,7 @@ def file_by_rank(facts: Iterable[F.Fact]) -> dict[tuple, dict[str, Any]]:
     """Each rank's printed figures by observed key; the draft worker's under `draft_…`."""
     grouped: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for fact in facts:
-        if fact.role != F.RUNTIME_ROLE:  # traffic lines are the run-time section's, not a rank's start-up
-            grouped[owner(fact)][fact.role].append(fact)
+        grouped[owner(fact)][fact.role].append(fact)
     result: dict[tuple, dict[str, Any]] = {}
     for rank, by_role in grouped.items():
         values: dict[str, Any] = {}
@@ -87,9 +86,10 @@ def file_by_rank(facts: Iterable[F.Fact]) -> dict[tuple, dict[str, Any]]:
 
 
 def _launch_facts(kb) -> list[F.Fact]:
-    """The facts of the start-up (the log's lines, or a running server's endpoints), not of
-    the other inputs (command line, nvidia-smi, config.json, references)."""
-    return [f for f in kb.facts if not isinstance(f, F.INPUT_KINDS)]
+    """The start-up's facts (the log's lines, or a running server's endpoints): not the other
+    inputs' (command line, nvidia-smi, config.json, references), nor the traffic lines, which
+    are the run-time section's."""
+    return [f for f in kb.facts if not isinstance(f, F.INPUT_KINDS) and f.role != F.RUNTIME_ROLE]
 
 
 @rule("observed.by-rank", reads=(F.Fact,), concludes=("observed",))
