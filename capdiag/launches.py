@@ -30,6 +30,10 @@ _OPENERS = F.kinds_where("OPENS_LAUNCH")
 _BEGINS = F.kinds_where("BEGINS_RANK")
 _FAILURES = F.kinds_where("FAILS_STARTUP")
 _READY = F.kinds_in_phase("ready")
+# The draft worker's lines (speculative decoding): the second of a kind on a rank, or those a
+# pool closes second (Fact.DRAFT_BY).
+_BY_ORDER = F.kinds_where("DRAFT_BY", "order")
+_BY_POOL = F.kinds_where("DRAFT_BY", "pool")
 
 
 def ends_startup(fact: F.Fact) -> bool:
@@ -99,10 +103,10 @@ def assign_roles(facts: Iterable[F.Fact]) -> list[F.Fact]:
     for fact in facts:
         rank = fact.rank.key()
         role = fact.role
-        if isinstance(fact, (F.LoadWeightBegin, F.LoadWeightEnd, F.TorchDistributedEnd, F.MemoryPoolEnd)):
+        if isinstance(fact, _BY_ORDER):
             seen[(type(fact), rank)] += 1
             role = "draft" if seen[(type(fact), rank)] == 2 else "target"
-        elif isinstance(fact, (F.KVCacheAllocated, F.SWAKVPoolUsage, F.MambaCacheAllocated, F.KVAvailableMemory)):
+        elif isinstance(fact, _BY_POOL):
             role = "draft" if pools_closed[rank] == 1 else "target"
         elif isinstance(fact, (F.GraphCaptureBegin, F.GraphCaptureEnd)) and not fact.role_stated:
             role = "draft" if pools_closed[rank] >= 2 and seen[(F.LoadWeightEnd, rank)] >= 2 else "target"

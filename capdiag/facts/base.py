@@ -101,6 +101,10 @@ class Fact:
     BEGINS_RANK: ClassVar[bool] = False
     # says the start-up failed
     FAILS_STARTUP: ClassVar[bool] = False
+    # under speculative decoding, how the draft worker's line of the kind is told from the
+    # target's: "order" (a rank's second line of the kind is the draft's), "pool" (the line
+    # belongs to the worker whose `Memory pool end` closes it); None: the target's
+    DRAFT_BY: ClassVar[Optional[str]] = None
     # (attribute, observed key): the printed figures the report files under a rank's `observed`
     # (an attribute `values.k` reads key k of the fact's `values`). The kinds' declaration order
     # (module by module: base, failures, sglang, vllm) is the order a rank's keys are listed in,

@@ -13,9 +13,9 @@ KINDS: tuple[type[base.Fact], ...] = tuple(
 KEYWORDS: tuple[str, ...] = tuple(dict.fromkeys(k for cls in KINDS for k in cls.KEYWORDS))
 
 
-def kinds_where(flag: str) -> tuple[type[base.Fact], ...]:
-    """The kinds that declare `flag` (e.g. "OPENS_LAUNCH") true."""
-    return tuple(cls for cls in KINDS if getattr(cls, flag))
+def kinds_where(flag: str, value=True) -> tuple[type[base.Fact], ...]:
+    """The kinds that declare `flag` (e.g. "OPENS_LAUNCH") `value`."""
+    return tuple(cls for cls in KINDS if getattr(cls, flag) == value)
 
 
 def kinds_in_phase(phase: str) -> tuple[type[base.Fact], ...]:

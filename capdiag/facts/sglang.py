@@ -52,6 +52,7 @@ class LoadWeightBegin(SGLangFact):
     BEGINS_RANK: ClassVar[bool] = True
     PHASE: ClassVar[str] = "weights"
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("avail_gib", "load_weight_begin_avail_gib"),)
+    DRAFT_BY: ClassVar[Optional[str]] = "order"
     avail_gib: float
 
 
@@ -62,6 +63,7 @@ class LoadWeightEnd(SGLangFact):
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
         ("avail_gib", "load_weight_end_avail_gib"),
         ("mem_usage_gib", "weight_mem_usage_gib"))
+    DRAFT_BY: ClassVar[Optional[str]] = "order"
     avail_gib: Optional[float] = None
     mem_usage_gib: Optional[float] = None
     model_class: Optional[str] = None
@@ -82,6 +84,7 @@ class TorchDistributedEnd(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("distributed ends",)
     PHASE: ClassVar[str] = "init"
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("mem_usage_gib", "torch_distributed_mem_usage_gib"),)
+    DRAFT_BY: ClassVar[Optional[str]] = "order"
     mem_usage_gib: Optional[float] = None
     elapsed_s: Optional[float] = None
 
@@ -98,6 +101,7 @@ class WeightsCommitted(SGLangFact):
 class KVCacheAllocated(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("KV Cache is allocated", "KV Cache VA upper bound")
     PHASE: ClassVar[str] = "kv_pool"
+    DRAFT_BY: ClassVar[Optional[str]] = "pool"
     label: Optional[str] = None  # "Full", "SWA" (v0.5.17+) or None
     dtype: Optional[str] = None
     tokens: Optional[int] = None
@@ -120,6 +124,7 @@ class MemoryPoolEnd(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Memory pool end",)
     PHASE: ClassVar[str] = "kv_pool"
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("avail_gib", "memory_pool_end_avail_gib"),)
+    DRAFT_BY: ClassVar[Optional[str]] = "order"
     avail_gib: float
 
 
@@ -131,6 +136,7 @@ class MambaCacheAllocated(SGLangFact):
         ("max_cache_size", "mamba_max_cache_size"),
         ("conv_gib", "mamba_conv_state_gib"),
         ("ssm_gib", "mamba_ssm_state_gib"))
+    DRAFT_BY: ClassVar[Optional[str]] = "pool"
     max_cache_size: Optional[int] = None
     conv_gib: Optional[float] = None
     ssm_gib: Optional[float] = None
@@ -206,6 +212,7 @@ class SWAKVPoolUsage(SGLangFact):
         ("gib", "swa_kv_pool_mem_usage_gib"),
         ("full_size", "swa_kv_pool_full_size"),
         ("swa_size", "swa_kv_pool_swa_size"))
+    DRAFT_BY: ClassVar[Optional[str]] = "pool"
 
     gib: Optional[float] = None
     swa_size: Optional[int] = None
@@ -242,6 +249,7 @@ class KVAvailableMemory(SGLangFact):
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("available memory for KV cache",)
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("gib", "kv_available_memory_gib"),)
+    DRAFT_BY: ClassVar[Optional[str]] = "pool"
     gib: float
 
 
