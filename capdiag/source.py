@@ -137,6 +137,13 @@ _CUT_REST = re.compile(r"^[:,;.)\]}]")
 # A shell command that starts a server; it continues after a trailing `\` and on the lines an
 # author wrapped it onto, which open with an option.
 _COMMAND = re.compile(r"(?:^|\s)(?:python[\d.]*\s+-m\s+(?:sglang|vllm)\.|(?:sglang|vllm)\s+serve\b|docker\s+run\s)")
+# An argument vector printed as a Python list, one element or a few per line (pprint, a Ray
+# actor's argv): the list opens on a line ending with a comma, and goes on over lines of quoted
+# elements, each behind the same process prefix, until `]`.
+_QUOTED_ITEM = r"""(?:'[^'\n]*'|"[^"\n]*")"""
+_ARGV_OPEN = re.compile(rf"\[\s*(?:{_QUOTED_ITEM}\s*,\s*)+$")
+_ARGV_PIECE = re.compile(rf"^(?:{_QUOTED_ITEM}\s*,\s*)*{_QUOTED_ITEM}\s*[,\]]$")
+_PROCESS_TAG = re.compile(r"^(?:\(\w[^)]*pid=\d+[^)]*\)\s*)+")
 MAX_LINE = 1 << 20  # bytes kept of one physical line; a longer one is cut, not held
 CHUNK = 1 << 20  # bytes read at a time
 
@@ -552,10 +559,12 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
     run at the wrap width; any line hard-wrapped mid-sentence continues on a line
     that opens with punctuation (`: 29053`); a line an author wrapped after a comma continues
     on the next line when that one has no prefix, joined with a space; a launch command
-    continues after a trailing `\\` and on the lines that open with an option (`--tp 8`).
+    continues after a trailing `\\` and on the lines that open with an option (`--tp 8`); an
+    argument vector printed as a Python list continues over the lines of its quoted elements,
+    each behind its process prefix, until the list closes.
     """
     pending: Line | None = None
-    record = command = False
+    record = command = argv = False
     spans = 0
     last_piece = ""
     brackets = None  # the held record's bracket_state(), once needed
@@ -581,8 +590,12 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
             for text in clean(raw):
                 if pending is not None:
                     joined = None
+                    piece = _PROCESS_TAG.sub("", text, count=1) if argv else ""
                     if spans >= MAX_CONTINUATION:
                         pass
+                    elif argv and _ARGV_PIECE.match(piece):
+                        joined = _joined(pending, piece, raw, " ")
+                        argv = not piece.endswith("]")
                     elif not record and _CUT_REST.match(text):
                         joined = _joined(pending, text, raw, "")
                     elif record and text and not _HEADER.match(text) and not _TRACEBACK.match(text):
@@ -606,6 +619,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
                     continue
                 line = Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
                 command = False
+                argv = bool(_ARGV_OPEN.search(text))
                 spans = 0
                 if _RECORD.search(text):
                     if traffic is not None:

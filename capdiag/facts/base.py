@@ -129,7 +129,10 @@ class LaunchCommand(Fact):
     """The command that started the server (`python -m sglang.launch_server …`, `vllm serve MODEL …`),
     as pasted into the log."""
 
-    KEYWORDS: ClassVar[tuple[str, ...]] = ("-m sglang", "sglang serve", "vllm serve", "-m vllm.", "vllm-openai", "docker run")
+    # a shell command, or an argument vector printed as a Python list (a Ray actor's argv): its
+    # opening and its options
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("-m sglang", "sglang serve", "vllm serve", "-m vllm.", "vllm-openai", "docker run",
+                                           "['", '["', "'--", '"--')
     RANK_NEUTRAL: ClassVar[bool] = True
     program: str
     args: dict[str, Optional[str]]  # option name with dashes as underscores -> value

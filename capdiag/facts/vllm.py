@@ -103,7 +103,12 @@ class VllmMemoryProfile(VllmFact):
     usable_gib, weights_gib, non_torch_gib, activation_peak_gib, kv_cache_gib, seconds.
     """
 
-    KEYWORDS: ClassVar[tuple[str, ...]] = ("Memory profiling", "vLLM instance can use", "model weights take", "total_gpu_memory", "gpu_memory_utilization", "non_torch_memory", "activation peak memory", "available_kv_cache_memory")
+    KEYWORDS: ClassVar[tuple[str, ...]] = (
+        "Memory profiling", "vLLM instance can use", "model weights take", "total_gpu_memory", "gpu_memory_utilization",
+        "non_torch_memory", "activation peak memory", "available_kv_cache_memory",
+        # other backends' memory lines (XPU, HPU, TPU)
+        "Model profiling run took", "Initializing cache engine took", "init_cache_engine took", "Free device memory",
+        "Memory statistics |")
     PHASE: ClassVar[str] = "kv_pool"
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
         ("values.weights_gib", "model_loading_gib"),
