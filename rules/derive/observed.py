@@ -94,9 +94,16 @@ def _launch_facts(kb) -> list[F.Fact]:
 
 @rule("observed.by-rank", reads=(F.Fact,), concludes=("observed",))
 def by_rank(kb):
-    """Each rank's printed figures, filed under the report's `observed` keys: the first line of
-    a kind on a rank fills its keys (the last, for PyTorch's out-of-memory message); the main
-    KV line and the decode graph capture fill the pool's and the graphs' keys."""
+    """What it concludes: `observed`: each rank's figures exactly as its lines print them, under the
+    report's `observed` keys (rank key → key → value).
+
+    How: The first line of a kind on a rank fills the keys its fact class declares (`OBSERVED`;
+    the last, for PyTorch's out-of-memory message, and an untagged one is the GPU's it names);
+    the full-attention KV line and the decode graph capture fill the pool's and the graphs' keys;
+    the draft worker's lines fill `draft_…` keys. Nothing is computed.
+
+    Example: `[TP1] Load weight end. … avail mem=63.44 GB, mem usage=14.99 GB.` fills TP1's
+    `load_weight_end_avail_gib` 63.44 and `weight_mem_usage_gib` 14.99."""
     facts = _launch_facts(kb)
     yield Derived("observed", None, file_by_rank(facts), "observed.by-rank", tuple(facts),
                   "the figures each rank's lines print")
@@ -104,8 +111,15 @@ def by_rank(kb):
 
 @rule("observed.target", reads=(F.Fact, "observed", "target_rank", "stand_in?"), concludes=("target_observed",))
 def target(kb):
-    """The target rank's printed figures and, where it printed none of a kind, the figures of
-    the rank that stands in for it (the `stand_in` conclusions)."""
+    """What it concludes: `target_observed`: the target rank's printed figures, for the report's
+    top-level `observed`.
+
+    How: The target rank's `observed` figures and, for each kind of line it printed none of, the
+    figures of the rank that stands in for it (the `stand_in` conclusions), key by key where the
+    target has none.
+
+    Example: a vLLM log whose `Model loading took 14.99 GiB` only a worker process printed gives
+    the target's `model_loading_gib` 14.99 from that worker's line."""
     per_rank, rank = kb.value("observed") or {}, kb.value("target_rank")
     own = dict(per_rank.get(rank, {})) if rank is not None else {}
     facts = _launch_facts(kb)
