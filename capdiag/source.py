@@ -66,18 +66,25 @@ KEYWORDS = (
 # anchor let through is then checked against the whole list (has_keyword), so the lines read
 # are exactly those holding a keyword.
 MAX_ANCHORS = 64
+# The words of six letters or more that request-time lines print (SGLang's batch lines, vLLM's
+# periodic metrics lines, capdiag.traffic): an anchor made of one would send every traffic line
+# to be checked against the whole list, one by one (vLLM's `Engine 000: Avg prompt …` made
+# "engine" cost the fallback 2.5x).
+TRAFFIC_WORDS = frozenset({"engine", "prompt", "throughput", "generation", "running", "waiting", "pending",
+                           "swapped", "prefill", "decode", "cached", "prefix", "retract", "retracted_reqs"})
 
 
 def anchors(keywords: Iterable[str], limit: int = MAX_ANCHORS) -> tuple[str, ...]:
     """At most `limit` lowercase strings, one inside every keyword: the keywords that hold no
     other, then, while too many, the longest-shared word of six or more letters in place of
-    the keywords that hold it (a shorter word, like "graph", is in request traffic too)."""
+    the keywords that hold it (a shorter word, like "graph", or one of TRAFFIC_WORDS, is in
+    request traffic too)."""
     lowered = {k.lower() for k in keywords}
     found = {k for k in lowered if not any(other != k and other in k for other in lowered)}
     while len(found) > limit:
         counts: dict[str, int] = {}
         for pattern in found:
-            for word in set(re.findall(r"[a-z_]{6,}", pattern)):
+            for word in set(re.findall(r"[a-z_]{6,}", pattern)) - TRAFFIC_WORDS:
                 counts[word] = counts.get(word, 0) + 1
         word = max(sorted(counts), key=lambda w: counts[w])
         if counts[word] < 2:
@@ -118,9 +125,10 @@ def _keyword_offsets(scan: bytes) -> list[int]:
     database.scan(scan, match_event_handler=lambda _id, _start, end, _flags, _context: ends.append(end - 1))
     return sorted(ends)
 # Counting newlines is the reader's largest cost after the keyword search (`bytes.count` ~0.7
-# s/GiB); numpy (the `fast` extra) counts at ~0.2 s/GiB but costs ~0.1 s to import, so it is
-# used only once this much of a log has been read. The count is the same either way.
-NUMPY_FROM = 64 << 20
+# s/GiB); numpy (the `fast` extra) counts at ~0.2 s/GiB but costs ~0.1 s and ~15 MiB to
+# import, so it is used only once this much of a log has been read (on a 128 MiB log it
+# measured no faster). The count is the same either way.
+NUMPY_FROM = 128 << 20
 
 
 @lru_cache(maxsize=1)
