@@ -352,7 +352,7 @@ class _Recoded:
     stream) passes through."""
 
     def __init__(self, stream, first: bytes | None, encoding: str | None):
-        self.stream, self.first = stream, first
+        self.stream, self.first, self.whole = stream, first, False
         self.decoder = codecs.getincrementaldecoder(encoding)("replace") if encoding else None
 
     def read(self, size: int) -> bytes | None:
@@ -368,16 +368,20 @@ class _Recoded:
         """Put the next chunk (what read(CHUNK) would return) into `buffer` after its first
         `held` bytes, growing it if need be; its length (0 at the end, None when a live stream
         paused). A file or BytesIO read as it is is read straight into the buffer: no new
-        bytes object a chunk."""
-        if self.first is None and self.decoder is None and isinstance(self.stream, _READ_INTO):
+        bytes object a chunk. (Only after a whole chunk: a short one was the end, and a small
+        log is not worth a buffer of CHUNK bytes.)"""
+        if self.whole and self.first is None and self.decoder is None and isinstance(self.stream, _READ_INTO):
             if len(buffer) < held + CHUNK:
                 buffer.extend(bytes(held + CHUNK - len(buffer)))
             with memoryview(buffer) as view:
-                return self.stream.readinto(view[held:held + CHUNK])
-        chunk = self.read(CHUNK)
-        if chunk:
-            buffer[held:held + len(chunk)] = chunk
-        return None if chunk is None else len(chunk)
+                got = self.stream.readinto(view[held:held + CHUNK])
+        else:
+            chunk = self.read(CHUNK)
+            if chunk:
+                buffer[held:held + len(chunk)] = chunk
+            got = None if chunk is None else len(chunk)
+        self.whole = got == CHUNK
+        return got
 
     def close(self) -> None:
         self.stream.close()
