@@ -271,6 +271,8 @@ def test_request_lengths_from_the_histograms():
     assert generated["mean"] == round(615600 / 1565) and generated["longest_at_most"] == 2000
     assert lengths["mean_request_tokens"] == prompt["mean"] + generated["mean"]
     assert lengths["concurrency_at_mean_request"] == 454464 // lengths["mean_request_tokens"]
+    binds = next(f for f in report["findings"] if f["name"] == "kv-capacity-binds")
+    assert "At the observed mean finished request of 1,560 tokens (prompt + generated) the pool holds 291" in binds["message"]
     engine0 = report["runtime"]["ranks"][0]["observed_lengths"]["prompt_length"]
     assert engine0["requests"] == 1045 and engine0["mean"] == 1200
     text = " ".join(render(report, "text").split())
