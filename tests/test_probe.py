@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
 
 from capdiag.cli import main
 from capdiag.errors import InputError
+from capdiag.parsing.prometheus import read_metrics
 from capdiag.probe import analyse_probe
 from capdiag.render import render
 from capdiag.report import build
@@ -291,3 +293,38 @@ def test_sglang_counters_and_histograms_with_its_load(serve):
     retracted = rt["rates"]["counters"]["retractions"]
     assert (retracted["metric"], retracted["increase"]) == ("sglang:num_retracted_requests_total", 6)
     assert rt["observed_lengths"]["prompt_length"]["metric"] == "sglang:prompt_tokens_histogram"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('vllm:sgang_ #{}="le,+Inf0123456789.e-\n TYPEHELPcountertotalbucket')),
+               max_size=300))
+def test_any_scrape_text_is_read_or_refused_in_one_line(text):
+    try:
+        samples = read_metrics(text, "scrape.txt")
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert all(s.framework in ("vllm", "sglang") for s in samples)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats() | st.sampled_from([float("inf")])
+                     | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                         st.sampled_from(["loads", "dp_rank", "num_running_reqs", "num_waiting_reqs", "num_reqs",
+                                          "num_tokens", "token_usage", "gen_throughput", "internal_states",
+                                          "memory_usage", "weight", "kvcache", "token_capacity", "graph"]),
+                         inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(answer=_JSON)
+def test_any_answer_shape_is_read_or_refused_in_one_line(answer):
+    from capdiag.parsing import endpoints as E
+    from capdiag.probe import _read
+
+    for reader, args in ((E.sglang_loads, ([answer, answer], "GET /v1/loads", 1000)),
+                         (E.sglang_server_info, (answer, "GET /server_info"))):
+        try:
+            _read(reader, *args)
+        except InputError as exc:
+            assert "\n" not in str(exc)

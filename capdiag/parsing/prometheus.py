@@ -83,7 +83,8 @@ def read_metrics(text: str, source: str) -> list[Sample]:
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError) as exc:
-        raise InputError(f"{source}: not the Prometheus text format ({str(exc).splitlines()[0][:100]})") from None
+        said = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
+        raise InputError(f"{source}: not the Prometheus text format ({said})") from None
     found: list[tuple[int, Sample]] = []
     for family in families:
         for s in family.samples:
