@@ -293,6 +293,10 @@ def test_sglang_counters_and_histograms_with_its_load(serve):
     retracted = rt["rates"]["counters"]["retractions"]
     assert (retracted["metric"], retracted["increase"]) == ("sglang:num_retracted_requests_total", 6)
     assert rt["observed_lengths"]["prompt_length"]["metric"] == "sglang:prompt_tokens_histogram"
+    # the radix cache served 100000 of the 250000 prompt tokens between the two reads
+    assert rt["rates"]["prefix_cache_hit_rate"] == 0.4 and rt["rates"]["counters"]["cached_tokens"]["increase"] == 100000
+    # SGLang's tokenizer counts for all DP ranks (no rank label): with all of them, not with one
+    assert "cached_tokens" not in rt["ranks"][0]["rates"]["counters"]
 
 
 @settings(max_examples=200, deadline=None)

@@ -43,6 +43,9 @@ COUNTERS = {
     "requests": ("request_success_total", "num_requests_total"),
     "prefix_cache_queries": ("prefix_cache_queries_total", "gpu_prefix_cache_queries_total"),
     "prefix_cache_hits": ("prefix_cache_hits_total", "gpu_prefix_cache_hits_total"),
+    # SGLang's prompt tokens served from its radix cache. Its `cache_hit_rate` gauge is not read:
+    # a percent before v0.4, a fraction after, and only of the last prefill batch.
+    "cached_tokens": ("cached_tokens_total",),
 }
 # Histograms of request lengths in tokens, one observation per finished request: vLLM (and
 # SGLang before v0.4) `request_prompt_tokens` / `request_generation_tokens`; newer SGLang

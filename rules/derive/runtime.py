@@ -181,7 +181,9 @@ def rates(counters: Sequence[F.CounterReadings]) -> Optional[dict[str, Any]]:
                      "increase": _whole(grew) if grew >= 0 and counters[0].scrapes > 1 else None,
                      "per_second": round(grew / seconds, 3) if seconds and grew >= 0 else None,
                      "unknown_reason": reason}
-    queries, hits = out.get("prefix_cache_queries"), out.get("prefix_cache_hits")
+    # vLLM counts queried and hit tokens; SGLang prompt tokens and those its radix cache served
+    queries, hits = ((out.get("prefix_cache_queries"), out.get("prefix_cache_hits")) if "prefix_cache_queries" in out
+                     else (out.get("prompt_tokens"), out.get("cached_tokens")))
     hit_rate = (round(hits["increase"] / queries["increase"], 4) if queries and hits and queries["increase"]
                 and hits["increase"] is not None else None)
     return {"scrapes": counters[0].scrapes, "seconds": seconds, "unknown_reason": why, "counters": out,
