@@ -275,6 +275,11 @@ def test_request_lengths_from_the_histograms():
     assert lengths["concurrency_at_mean_request"] == 454464 // lengths["mean_request_tokens"]
     binds = next(f for f in report["findings"] if f["name"] == "kv-capacity-binds")
     assert "At the observed mean finished request of 1,560 tokens (prompt + generated) the pool holds 291" in binds["message"]
+    lengths_finding = next(f for f in report["findings"] if f["name"] == "observed-lengths")
+    assert "mean finished request of 1,560 tokens (prompt + generated) the KV pool holds 291" in lengths_finding["message"]
+    assert "prompts mean 1,167 tokens, p90 2,000–5,000" in lengths_finding["message"]
+    assert any(e["where"].startswith("metrics file") and "vllm:request_prompt_tokens" in e["text"]
+               for e in lengths_finding["evidence"])
     engine0 = report["runtime"]["ranks"][0]["observed_lengths"]["prompt_length"]
     assert engine0["requests"] == 1045 and engine0["mean"] == 1200
     text = " ".join(render(report, "text").split())
