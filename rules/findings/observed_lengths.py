@@ -1,4 +1,4 @@
-"""observed-lengths (CD129)."""
+"""observed-lengths (CD131)."""
 from __future__ import annotations
 
 from capdiag import facts as F
@@ -6,7 +6,7 @@ from capdiag.engine import rule
 from capdiag.rules._common import finding, observed_concurrency, runtime
 
 
-@rule("observed-lengths", code="CD129", severity="info",
+@rule("observed-lengths", code="CD131", severity="info",
       reads=("runtime", F.Options, F.TrafficMark, F.LengthHistogram), concludes=("finding:observed-lengths",))
 def observed_lengths(kb):
     """What it checks: the request lengths the server really served, where its own lines or
