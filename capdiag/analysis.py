@@ -15,6 +15,7 @@ from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.rules import rules_for
+from capdiag.rules.what_if import counterfactual
 from capdiag.source import LiveStream, LogInput, candidate_runs, log_name, open_log, physical_runs
 from capdiag.traffic import TrafficAggregator
 
@@ -129,7 +130,10 @@ def analyse_facts(name: str, facts: list[F.Fact], framework: str, lines: int, *,
     inputs.extend(gpu_input_facts(gpu, gpu_total_gib, names))
     inputs.extend(x for x in (policy, what_if) if x is not None)
     kb = Knowledge(chosen.facts + tuple(inputs))
-    firings = run(rules_for(framework), kb)
+    rules = rules_for(framework)
+    firings = run(rules, kb)
+    if what_if is not None:
+        counterfactual.compare(kb, rules)
     if target_rank is not None and not kb.get("target_rank").known:
         raise InputError(f"--target-rank {target_rank}: {kb.get('target_rank').value.reason}")
     return Analysis(name, framework, tuple(launches), chosen, kb, tuple(firings), lines)

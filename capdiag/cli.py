@@ -25,7 +25,7 @@ from capdiag.printable import printable
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
 from capdiag.whatif import KEYS
-from capdiag.rules import find_rule
+from capdiag.rules import find_any_rule
 
 EXAMPLE_LOG = "sglang-llama31-8b-h100.log"
 
@@ -331,16 +331,22 @@ def diff_command(before, after, fmt, output, inputs):
 
 @main.command(context_settings=CONTEXT)
 @click.argument("name", required=False)
+@click.option("--derivations", is_flag=True,
+              help="List the rules that derive values (breakdown, KV pool, configuration, what-if, plan, diff), "
+                   "with their kind.")
 @click.option("--markdown", is_flag=True, help="Print the documentation of every rule as markdown (docs/rules.md).")
-def rules(name, markdown):
-    """List the finding rules, or print one rule's documentation (by name or code)."""
+def rules(name, derivations, markdown):
+    """List the finding rules, or print one rule's documentation (a finding by name or code, a
+    derivation rule by name)."""
     if markdown:
         _write(ruledocs.markdown(), None)
     elif name:
-        found = find_rule(name)
+        found = find_any_rule(name)
         if found is None:
-            raise InputError(f"no rule named {name!r}; `capdiag rules` lists them")
+            raise InputError(f"no rule named {name!r}; `capdiag rules` and `capdiag rules --derivations` list them")
         _write(ruledocs.one(found), None)
+    elif derivations:
+        _write(ruledocs.derivation_listing(), None)
     else:
         _write(ruledocs.listing(), None)
 

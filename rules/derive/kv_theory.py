@@ -70,10 +70,15 @@ def _is_compressed_swa(cfg: dict) -> bool:
       reads=(F.ModelConfig, "kv_pool:dtype", "config:tp_size", "config:pp_size", "config:dp_size", "config:enable_dp_attention?"),
       concludes=("kv_pool:theoretical_bytes_per_token",))
 def theoretical(kb):
-    """Theoretical KV bytes per token per rank from config.json (see the module text for the
-    formulas), with the KV dtype the log states (else the model's dtype for `auto`). Says how
-    many copies of a KV head exist when kv_heads < TP, and refuses a figure for DeepSeek-V4's
-    compressed KV, whose `bytes_per_full_token` the log prints instead."""
+    """What it concludes: `kv_pool.theoretical_bytes_per_token`: what one token's KV should take per
+    rank, from config.json.
+
+    How: Theoretical KV bytes per token per rank from config.json (see the module text for the
+    formulas), with the KV dtype the log states (else the model's dtype for `auto`). Says how many
+    copies of a KV head exist when kv_heads < TP, and refuses a figure for DeepSeek-V4's compressed
+    KV, whose `bytes_per_full_token` the log prints instead.
+
+    Example: Llama-3.1-8B: 8 KV heads × (128 + 128) × 32 layers × 2 B = 131072 B."""
     model = kb.first(F.ModelConfig, role=None)
     if model is None:
         return
@@ -132,14 +137,33 @@ def theoretical(kb):
                   {"attention": "mha", "kv_heads_per_rank": per_rank, "replication": copies, "layers": layers})
 
 
+def model_dtype(kb) -> Optional[tuple[F.Fact, str, str]]:
+    """(fact, dtype, where it is stated) of the model's dtype, which `auto` KV takes: the
+    weight-load line, vLLM's engine config, or config.json; None when none states one."""
+    loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
+    engine = kb.first(F.VllmEngineConfig, role=None)
+    model = kb.first(F.ModelConfig, role=None)
+    candidates = [(loaded, loaded.dtype if loaded else None, "the weights' dtype (Load weight end)"),
+                  (engine, engine.fields.get("dtype") if engine else None, "the model dtype (engine config)"),
+                  (model, (model.fields.get("torch_dtype") or model.fields.get("dtype")) if model else None,
+                   "the model's dtype (config.json)")]
+    return next(((fact, dtype, what) for fact, dtype, what in candidates
+                 if isinstance(dtype, str) and element_size(dtype) is not None), None)
+
+
 @rule("kv-pool.dtype",
       reads=(F.KVCacheAllocated, F.KVCacheDtype, F.LoadWeightEnd, F.VllmEngineConfig, F.ModelConfig, "config:kv_cache_dtype"),
       concludes=("kv_pool:dtype",))
 def kv_dtype(kb):
-    """The KV element type in use: what the log's KV lines print, else the configured
+    """What it concludes: `kv_pool.dtype`: the KV cache's element type.
+
+    How: The KV element type in use: what the log's KV lines print, else the configured
     kv_cache_dtype, else — for a stated `auto` — the model's dtype (the weight-load line, vLLM's
-    engine config, or config.json). A log that states neither leaves it unknown: `auto` is
-    never assumed."""
+    engine config, or config.json). A log that states neither leaves it unknown: `auto` is never
+    assumed.
+
+    Example: `KV Cache is allocated. dtype: torch.bfloat16, #tokens: 415615`, or
+    `kv_cache_dtype='auto'` with `Load weight end. … dtype=torch.bfloat16`."""
     printed = next((f for f in kb.of(F.KVCacheAllocated, F.KVCacheDtype, role=None) if getattr(f, "dtype", None)),
                    None)
     if printed is not None:
@@ -153,18 +177,13 @@ def kv_dtype(kb):
         yield Derived("kv_pool", "dtype", Unknown("the log prints no KV dtype and states no kv_cache_dtype"),
                       "kv-pool.dtype", ())
         return
-    loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
-    engine = kb.first(F.VllmEngineConfig, role=None)
+    found = model_dtype(kb)
+    if found is not None:
+        fact, dtype, what = found
+        premises = (fact,) + ((configured,) if configured is not None else ())
+        yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
+        return
     model = kb.first(F.ModelConfig, role=None)
-    candidates = [(loaded, loaded.dtype if loaded else None, "the weights' dtype (Load weight end)"),
-                  (engine, engine.fields.get("dtype") if engine else None, "the model dtype (engine config)"),
-                  (model, (model.fields.get("torch_dtype") or model.fields.get("dtype")) if model else None,
-                   "the model's dtype (config.json)")]
-    for fact, dtype, what in candidates:
-        if isinstance(dtype, str) and element_size(dtype) is not None:
-            premises = (fact,) + ((configured,) if configured is not None else ())
-            yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
-            return
     if model is not None:
         yield Derived("kv_pool", "dtype", Unknown("no KV dtype printed or configured, and config.json names no dtype"),
                       "kv-pool.dtype", (model,))
@@ -174,10 +193,16 @@ def kv_dtype(kb):
       reads=(F.ModelConfig, "kv_pool:bytes_per_token", "kv_pool:theoretical_bytes_per_token", "breakdown:draft_kv_cache?"),
       concludes=("kv_pool:comparison",))
 def compare(kb):
-    """The log's implied bytes per token against the theoretical figure, and what explains a
-    difference: SGLang's pool holds one padding page (K size covers tokens + page); a draft
-    model, hybrid or sliding-window layers, or a different KV dtype change the cell; anything
-    else is reported as unexplained."""
+    """What it concludes: `kv_pool.comparison`: the log's implied bytes per token against the
+    theoretical figure, and what explains a difference.
+
+    How: The log's implied bytes per token against the theoretical figure, and what explains a
+    difference: SGLang's pool holds one padding page (K size covers tokens + page); a draft model,
+    hybrid or sliding-window layers, or a different KV dtype change the cell; anything else is
+    reported as unexplained.
+
+    Example: 131087 B implied against 131072 B theoretical: within the printed rounding and the
+    padding page."""
     log = kb.get("kv_pool", "bytes_per_token")
     theory = kb.get("kv_pool", "theoretical_bytes_per_token")
     if log is None or theory is None or not log.known or not theory.known or not theory.value:

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, observed_concurrency, runtime
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import observed_concurrency, runtime
 
 
 @rule("observed-lengths", code="CD131", severity="info",
-      reads=("runtime", F.Options, F.TrafficMark, F.LengthHistogram), concludes=("finding:observed-lengths",))
+      reads=("runtime", F.Options, F.TrafficMark, F.LengthHistogram))
 def observed_lengths(kb):
     """What it checks: the request lengths the server really served, where its own lines or
     metrics give them — SGLang's decode lines (`#token` / `#running-req`: the KV a running
@@ -42,11 +42,11 @@ def observed_lengths(kb):
             + (f"; the request limit lets {min(holds, limit):,} run" if limit else "")
             + f"; up to {run['peak']} ran at a time." + (f" ({spread}.)" if spread else ""))
     length = lengths["mean_context_tokens"] if lengths["concurrency_at_mean_context"] else lengths["mean_request_tokens"]
-    yield finding("observed-lengths", (d, *kb.of(F.LengthHistogram, role=None)), said, severity="info",
-                  title="Concurrency at the request lengths the server served",
-                  action=f"Size the request limit and the deployment against this; --token-lengths {length} shows the "
-                         "concurrency table at that length.",
-                  detail={"concurrent": holds, "request_tokens": length})
+    yield Parts((d, *kb.of(F.LengthHistogram, role=None)),
+                title="Concurrency at the request lengths the server served", message=said,
+                action=f"Size the request limit and the deployment against this; --token-lengths {length} shows the "
+                       "concurrency table at that length.",
+                detail={"concurrent": holds, "request_tokens": length})
 
 
 def _bucket(b) -> str:
