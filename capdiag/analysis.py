@@ -18,6 +18,7 @@ from capdiag.rules import rules_for
 from capdiag.rules.what_if import counterfactual
 from capdiag.source import LiveStream, LogInput, candidate_runs, log_name, open_log, physical_runs
 from capdiag.traffic import TrafficAggregator
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
 @attrs.frozen
@@ -94,7 +95,7 @@ def read_log(log: LogInput, framework: Optional[str] = None, until_ready: Option
 
 
 def analyse(path: LogInput, *, launch: Optional[int] = None, target_rank: Optional[str] = None,
-            token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
+            token_lengths: tuple[int, ...] = DEFAULT_TOKEN_LENGTHS, gpu: Optional[str] = None,
             gpu_total_gib: Optional[float] = None, framework: Optional[str] = None,
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None,
             policy: Optional[F.Policy] = None, what_if: Optional[F.WhatIf] = None,
@@ -107,7 +108,7 @@ def analyse(path: LogInput, *, launch: Optional[int] = None, target_rank: Option
 
 
 def analyse_facts(name: str, facts: list[F.Fact], framework: str, lines: int, *, launch: Optional[int] = None,
-                  target_rank: Optional[str] = None, token_lengths: tuple[int, ...] = (4096, 6144, 8192),
+                  target_rank: Optional[str] = None, token_lengths: tuple[int, ...] = DEFAULT_TOKEN_LENGTHS,
                   gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None, nvidia_smi: Optional[str] = None,
                   config_json: Optional[str] = None, policy: Optional[F.Policy] = None,
                   what_if: Optional[F.WhatIf] = None) -> Analysis:

@@ -7,7 +7,7 @@ carry a stable code and slug. Each framework has its own reading of the memory l
 rest is shared.
 """
 from capdiag.rules.derive import (breakdown, concurrency, config, failure_cause, gpu, kv_pool, kv_theory, nvidia_smi,
-                                  pool_cap, ranks, runtime, stand_in, startup_phase, target_rank, vllm_breakdown,
+                                  observed, pool_cap, ranks, runtime, stand_in, startup_phase, target_rank, vllm_breakdown,
                                   vllm_capacity, vllm_config, weights_theory)
 from capdiag.rules.findings import (context_exceeds_kv, cuda_graph_estimate_off, cuda_graph_heavy,
                                     deepgemm_jit_suspected, dp_attention_budget, excess_headroom, fp8_kv_opportunity,
@@ -64,6 +64,8 @@ COMMON_AFTER = (
     kv_theory.theoretical,
     kv_theory.compare,
     weights_theory.theoretical,
+    observed.by_rank,
+    observed.target,
     ranks.binding_rank,
     ranks.rank_memory,
     startup_phase.phase,

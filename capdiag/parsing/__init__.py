@@ -90,8 +90,7 @@ def build_parsers() -> None:
 
 def framework_of(fact: F.Fact) -> Optional[str]:
     """The framework whose own line kind a fact is; None for kinds both print."""
-    module = type(fact).__module__
-    return next((name for name in FRAMEWORKS if module.endswith("." + name)), None)
+    return type(fact).FRAMEWORK
 
 
 def detect_framework(facts: Iterable[F.Fact]) -> Optional[str]:

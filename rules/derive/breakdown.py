@@ -8,15 +8,13 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
+from capdiag.vocabulary import HELD_SINCE_WEIGHTS
 
 # the lines each reading draws on (its declared reads)
 _WEIGHT_LINES = (F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.WeightsCommitted)
 _KV_LINES = (F.PostCaptureKVSizing, F.KVCacheAllocated, F.SWAKVPoolUsage, F.DSV4MemoryCalculation, F.LoadWeightEnd,
              F.MemoryPoolEnd, F.MambaCacheAllocated)
 _GRAPH_LINES = (F.GraphCaptureEnd, F.GraphCaptureBegin, F.ServerArgs)
-# what holds memory between the weights load and the end of start-up, besides what is free
-_HELD_SINCE_WEIGHTS = ("weights", "kv_cache", "cuda_graph", "mamba_state", "draft_weights", "draft_kv_cache",
-                       "draft_cuda_graph")
 
 
 def row(category, value, status, rule_name, premises, formula):
@@ -296,7 +294,7 @@ def free(kb):
 
 
 @rule("breakdown.unattributed",
-      reads=(F.LoadWeightBegin, "target_rank", "breakdown:free", *(f"breakdown:{c}" for c in _HELD_SINCE_WEIGHTS)),
+      reads=(F.LoadWeightBegin, "target_rank", "breakdown:free", *(f"breakdown:{c}" for c in HELD_SINCE_WEIGHTS)),
       concludes=("breakdown:unattributed",))
 def unattributed(kb):
     """What it concludes: `breakdown.unattributed`: the GiB the free memory fell by during start-up
@@ -311,7 +309,7 @@ def unattributed(kb):
     0.58 = 0.18 GiB."""
     rank = target(kb)
     begin = kb.first(F.LoadWeightBegin, rank) if rank is not None else None
-    rows = [kb.get("breakdown", c) for c in ("free",) + _HELD_SINCE_WEIGHTS]
+    rows = [kb.get("breakdown", c) for c in ("free",) + HELD_SINCE_WEIGHTS]
     present = [r for r in rows if r is not None]
     if begin is None or rows[0] is None or rows[3] is None:
         return

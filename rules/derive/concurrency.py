@@ -4,6 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
 @rule("concurrency",
@@ -22,7 +23,7 @@ def concurrency(kb):
     Example: `max_total_num_tokens=415615, …, max_running_requests=4096`: min(415615 // 4096 = 101,
     4096) = 101."""
     options = kb.first(F.Options, role=None)
-    lengths = options.token_lengths if options else (4096, 6144, 8192)
+    lengths = options.token_lengths if options else DEFAULT_TOKEN_LENGTHS
     budget = next((b for b in kb.of(F.TokenBudget, role=None)), None)
     dp = kb.value("config", "dp_size")
     for length in lengths:

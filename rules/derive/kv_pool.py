@@ -4,8 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
-
-GIB = 1 << 30
+from capdiag.vocabulary import implied_bytes_per_token
 
 
 def main_kv_line(lines, budget):
@@ -72,12 +71,9 @@ def bytes_per_token(kb):
         yield Derived("kv_pool", "bytes_per_token", Unknown("needs a printed KV size and token count"),
                       "kv-pool.bytes-per-token", (tokens_d, kv_d))
         return
-    n = tokens_d.value
-    low, high = (kv_d.value - 0.005) * GIB / n, (kv_d.value + 0.005) * GIB / n
-    value = round(kv_d.value * GIB / n)
-    yield Derived("kv_pool", "bytes_per_token", value, "kv-pool.bytes-per-token", (kv_d, tokens_d),
-                  f"{kv_d.value} GiB × 2^30 / {n} tokens = {value} B (printed rounding: {low:.0f}–{high:.0f} B)",
-                  {"low": round(low), "high": round(high)})
+    cell = implied_bytes_per_token(kv_d.value, tokens_d.value)
+    yield Derived("kv_pool", "bytes_per_token", cell.bytes, "kv-pool.bytes-per-token", (kv_d, tokens_d), cell.formula,
+                  {"low": cell.low, "high": cell.high})
 
 
 @rule("kv-pool.budget",

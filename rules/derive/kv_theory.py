@@ -10,55 +10,10 @@ The per-rank cell, as SGLang and vLLM size it:
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
-
-_ELEMENT = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
-
-
-def element_size(dtype: Optional[str]) -> Optional[float]:
-    """Bytes per KV element for a dtype as configs and logs spell it; None for fp4 and unknowns."""
-    if not dtype:
-        return None
-    name = str(dtype).lower().replace("torch.", "")
-    if "fp4" in name or "float4" in name or "nvfp4" in name:
-        return None
-    if "fp8" in name or "float8" in name or name in ("mxfp8", "int8", "uint8"):
-        return 1
-    return _ELEMENT.get(name)
-
-
-def attention_layers(cfg: dict) -> tuple[int, str]:
-    """(layers whose KV the token pool holds, how that was counted)."""
-    total = cfg["num_hidden_layers"]
-    types = cfg.get("layer_types")
-    if isinstance(types, list) and types:
-        full = sum(1 for t in types if str(t) in ("full_attention", "attention"))
-        other = sorted({str(t) for t in types} - {"full_attention", "attention"})
-        return full, f"{full} of {len(types)} layers are full attention (the rest: {', '.join(other) or 'none'})"
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0:
-        return total // interval, f"every {interval}th of {total} layers is full attention"
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        return pattern.count("*"), f"{pattern.count('*')} attention layers in hybrid_override_pattern"
-    blocks = cfg.get("layers_block_type")
-    if isinstance(blocks, list) and blocks:
-        full = sum(1 for b in blocks if str(b) == "attention")
-        return full, f"{full} of {len(blocks)} layers are attention (layers_block_type)"
-    return total, ""
-
-
-def attention_shape(cfg: dict) -> Optional[tuple[int, int]]:
-    """(KV heads, head_dim) of an MHA/GQA layer; None when config.json lacks them (no
-    num_attention_heads, or neither head_dim nor hidden_size)."""
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
-    if not heads or not (cfg.get("head_dim") or (cfg.get("hidden_size") and cfg.get("num_attention_heads"))):
-        return None
-    return heads, cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+from capdiag.vocabulary import attention_layers, element_size, kv_cell
 
 
 def _is_compressed_swa(cfg: dict) -> bool:
@@ -100,41 +55,18 @@ def theoretical(kb):
     pp = kb.value("config", "pp_size") or 1
     dp = kb.value("config", "dp_size") or 1
     attn_tp = tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp
-    layers, counted = attention_layers(cfg)
-    if pp > 1:
-        layers = -(-layers // pp)
-        counted = "; ".join(c for c in (counted, f"÷ {pp} PP stages, rounded up (even split assumed)") if c)
     premises = tuple(p for p in (model, dtype_d, kb.get("config", "tp_size")) if p is not None)
-    if cfg.get("kv_lora_rank"):
-        row = cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0)
-        formula = f"MLA: ({cfg['kv_lora_rank']} + {cfg.get('qk_rope_head_dim', 0)}) × {layers} layers × {elem} B"
-        value = row * layers * elem
-        if cfg.get("index_head_dim") and elem == 1:
-            lora, rope, idx = cfg["kv_lora_rank"], cfg.get("qk_rope_head_dim", 0), cfg["index_head_dim"]
-            row = lora + lora // 128 * 4 + rope * 2 + idx + idx // 128 * 4
-            value = row * layers
-            formula = (f"DSA fp8: ({lora} + {lora}/128×4 + {rope}×2 + indexer {idx} + {idx}/128×4) × {layers} layers")
-        yield Derived("kv_pool", "theoretical_bytes_per_token", value, "kv-pool.theoretical", premises,
-                      formula + (f" ({counted})" if counted else "") + "; not split by TP: every rank holds the latent",
-                      {"attention": "mla", "layers": layers, "replication": 1})
-        return
-    shape = attention_shape(cfg)
-    if shape is None:
+    cell = kv_cell(cfg, elem, attn_tp, pp)
+    if cell is None:
         yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
             "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"),
             "kv-pool.theoretical", premises)
         return
-    heads, head_dim = shape
-    v_head_dim = cfg.get("v_head_dim") or head_dim
-    per_rank = max(1, heads // attn_tp)
-    copies = attn_tp // heads if heads < attn_tp else 1
-    value = per_rank * (head_dim + v_head_dim) * layers * elem
-    formula = (f"max(1, {heads} KV heads // attn_tp {attn_tp}) = {per_rank} × ({head_dim} + {v_head_dim}) × "
-               f"{layers} layers × {elem} B" + (f" ({counted})" if counted else ""))
-    if copies > 1:
-        formula += f"; {heads} KV heads over {attn_tp} ranks: each head is stored {copies} times"
-    yield Derived("kv_pool", "theoretical_bytes_per_token", value, "kv-pool.theoretical", premises, formula,
-                  {"attention": "mha", "kv_heads_per_rank": per_rank, "replication": copies, "layers": layers})
+    detail = ({"attention": "mla", "layers": cell.layers, "replication": 1} if cell.attention == "mla" else
+              {"attention": "mha", "kv_heads_per_rank": cell.kv_heads_per_rank, "replication": cell.replication,
+               "layers": cell.layers})
+    yield Derived("kv_pool", "theoretical_bytes_per_token", cell.bytes, "kv-pool.theoretical", premises, cell.formula,
+                  detail)
 
 
 def model_dtype(kb) -> Optional[tuple[F.Fact, str, str]]:

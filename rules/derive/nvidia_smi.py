@@ -7,10 +7,8 @@ from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
 from capdiag.rules.derive.breakdown import row
+from capdiag.vocabulary import HELD  # what holds memory at the end of start-up (activation peaks are released)
 
-# categories that hold memory at the end of start-up (activation peaks are released)
-_HELD = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
-         "draft_cuda_graph")
 SPREAD_GIB = 1.0  # a rank whose used memory differs from the median by more than this is named
 
 
@@ -64,7 +62,7 @@ def ranks(kb):
 
 
 @rule("breakdown.other",
-      reads=("target_rank", "nvidia_smi", *(f"breakdown:{c}?" for c in _HELD)),
+      reads=("target_rank", "nvidia_smi", *(f"breakdown:{c}?" for c in HELD)),
       concludes=("breakdown:other",))
 def other(kb):
     """What it concludes: `breakdown.other`: the GiB in use on the rank's GPU that no log line
@@ -86,7 +84,7 @@ def other(kb):
         yield row("other", Unknown("needs the GPU's measured used memory: give --nvidia-smi-file"),
                   "unknown", "breakdown.other", (), "")
         return
-    parts = [kb.get("breakdown", c) for c in _HELD if kb.get("breakdown", c) is not None]
+    parts = [kb.get("breakdown", c) for c in HELD if kb.get("breakdown", c) is not None]
     missing = [p.key for p in parts if not p.known]
     if missing or kb.get("breakdown", "framework") is None:
         yield row("other", Unknown(f"needs every category; unknown: {', '.join(missing) or 'framework'}"),

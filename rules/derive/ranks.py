@@ -4,6 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, rule
 from capdiag.rules._common import line_ref
+from capdiag.vocabulary import SEGMENTS
 
 
 @rule("ranks.binding",
@@ -46,12 +47,10 @@ _SEGMENT_SOURCES = {
 }
 
 
-_BAR_CATEGORIES = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
-                   "draft_cuda_graph", "other", "free")
 
 
 @rule("ranks.memory",
-      reads=(F.Fact, "gpu:total_gib", "target_rank", "breakdown", "nvidia_smi?"),
+      reads=(F.Fact, "observed", "gpu:total_gib", "target_rank", "breakdown", "nvidia_smi?"),
       concludes=("rank_memory",))
 def rank_memory(kb):
     """What it concludes: `rank_memory.<rank>`: each rank's memory by category, for the per-rank table
@@ -64,8 +63,6 @@ def rank_memory(kb):
     rank takes the breakdown's rows. A category a rank did not print is left out, not zero.
 
     Example: `[TP1] Load weight end. … mem usage=7.49 GB.` fills TP1's weights."""
-    from capdiag.observed import observed_by_rank  # the per-rank filing of printed figures
-
     vllm = bool(kb.of(F.VllmVersion, F.VllmEngineConfig, F.VllmModelLoading, F.VllmKVCacheSize, role=None))
     total = kb.get("gpu", "total_gib")
     target = kb.value("target_rank")
@@ -73,9 +70,9 @@ def rank_memory(kb):
     by_rank: dict[tuple, list] = {}  # grouped once: filtering every fact per rank is quadratic in the ranks
     for f in log_facts:
         by_rank.setdefault(f.rank.key(), []).append(f)
-    for key, observed in sorted(observed_by_rank(log_facts).items()):
+    for key, observed in sorted((kb.value("observed") or {}).items()):
         if key == target:  # the breakdown's rows: the best derivation of each category
-            rows = [d for d in kb.topic("breakdown") if d.known and d.key in _BAR_CATEGORIES]
+            rows = [d for d in kb.topic("breakdown") if d.known and d.key in SEGMENTS]
             if rows:
                 yield Derived("rank_memory", key, {d.key: d.value for d in rows}, "ranks.memory", tuple(rows),
                               "the target rank's breakdown rows")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, implied_bytes_per_token
 
 
 def release(version) -> tuple:
@@ -79,11 +80,9 @@ def bytes_per_token(kb):
         yield Derived("kv_pool", "bytes_per_token", Unknown("needs a KV memory figure and a token count"),
                       "vllm.kv-pool.bytes-per-token", (tokens_d, kv_d))
         return
-    n, gib_value = tokens_d.value, kv_d.value
-    value = round(gib_value * (1 << 30) / n)
-    yield Derived("kv_pool", "bytes_per_token", value, "vllm.kv-pool.bytes-per-token", (kv_d, tokens_d),
-                  f"{gib_value} GiB × 2^30 / {n} tokens = {value} B "
-                  f"(printed rounding: {(gib_value - 0.005) * (1 << 30) / n:.0f}–{(gib_value + 0.005) * (1 << 30) / n:.0f} B)")
+    cell = implied_bytes_per_token(kv_d.value, tokens_d.value)
+    yield Derived("kv_pool", "bytes_per_token", cell.bytes, "vllm.kv-pool.bytes-per-token", (kv_d, tokens_d),
+                  cell.formula, {"low": cell.low, "high": cell.high})
 
 
 @rule("vllm.concurrency",
@@ -101,7 +100,7 @@ def concurrency(kb):
     Example: 97,728 tokens // 8192 = 11 requests; vLLM prints `Maximum concurrency for 8,192 tokens
     per request: 11.93x`."""
     options = kb.first(F.Options, role=None)
-    lengths = options.token_lengths if options else (4096, 6144, 8192)
+    lengths = options.token_lengths if options else DEFAULT_TOKEN_LENGTHS
     tokens_d = kb.get("kv_pool", "tokens")
     seqs = kb.get("config", "max_running_requests")
     if tokens_d is None:

@@ -13,9 +13,8 @@ from typing import Optional
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules.derive.kv_theory import element_size
+from capdiag.vocabulary import GIB, element_size
 
-GIB = 1 << 30
 TOLERANCE = 0.15  # within ±15% the measured weights agree with the estimate
 
 

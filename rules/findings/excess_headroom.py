@@ -3,8 +3,7 @@ from __future__ import annotations
 from capdiag.engine import Parts, cannot_judge, rule
 from capdiag import facts as F
 from capdiag.rules._common import gib, is_vllm, target
-
-GIB = 1 << 30
+from capdiag.vocabulary import GIB
 
 
 # Lines that show the start-up failed or ran out of memory: free memory is then no waste.

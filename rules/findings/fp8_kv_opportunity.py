@@ -3,7 +3,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Parts, cannot_judge, rule
 from capdiag.rules._common import is_vllm
-from capdiag.rules.derive.kv_theory import element_size
+from capdiag.vocabulary import element_size
 
 
 @rule("fp8-kv-opportunity", code="CD114", severity="info",

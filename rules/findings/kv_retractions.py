@@ -4,8 +4,8 @@ from capdiag import facts as F
 from capdiag.engine import Parts, rule
 from capdiag.rules.findings._advice import round_down
 from capdiag.rules._common import gib, is_vllm, runtime, target
+from capdiag.vocabulary import GIB
 
-GIB = 1 << 30
 STEP = 0.01  # the utilization step whose tokens the vLLM advice states
 
 

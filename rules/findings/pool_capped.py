@@ -2,8 +2,7 @@ from __future__ import annotations
 
 from capdiag.engine import Parts, rule
 from capdiag.rules._common import gib
-
-GIB = 1 << 30
+from capdiag.vocabulary import GIB
 
 
 @rule("pool-capped", code="CD130", severity="info",

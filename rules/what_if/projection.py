@@ -21,9 +21,9 @@ from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, is_vllm
 from capdiag.rules.derive.concurrency import limits
-from capdiag.rules.derive.kv_theory import element_size, model_dtype
+from capdiag.rules.derive.kv_theory import model_dtype
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, GIB, element_size, kv_cell
 
-GIB = 1 << 30
 _FRAMEWORK_KEYS = {"sglang": ("mem_fraction_static", "max_running_requests", "context_len"),
                    "vllm": ("gpu_memory_utilization", "max_num_seqs", "max_model_len")}
 
@@ -106,10 +106,8 @@ def _tp_change(kb, p: _Projection, cell: float) -> tuple[float, float]:
             or not theory.known:
         p.refuse("tp_size", "needs --config-json, the current tp_size and measured weights")
         return 0.0, cell
-    cfg = model.fields
-    if theory.detail.get("attention") == "mha":
-        heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * max(1, heads // new_tp)
+    if theory.detail.get("attention") == "mha":  # the heads on a rank change; layers and element size do not
+        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * kv_cell(model.fields, 1, new_tp).kv_heads_per_rank
     else:
         new_cell = theory.value  # MLA: every rank holds the latent
     saved = weights.value - weights.value * tp / new_tp
@@ -229,7 +227,7 @@ def _pin_concurrency(kb, p: _Projection, pool: int):
     options = kb.first(F.Options, role=None)
     budget = kb.first(F.TokenBudget, role=None)
     limit = p.changes.get("max_running_requests", budget.max_running_requests if budget is not None else None)
-    for length in (options.token_lengths if options else (4096, 6144, 8192)):
+    for length in (options.token_lengths if options else DEFAULT_TOKEN_LENGTHS):
         value, formula, detail = limits(pool, limit, length, kb.value("config", "dp_size"))
         p.pin("concurrency", length, value, f"{formula} (projected)", detail)
 
