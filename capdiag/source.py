@@ -115,7 +115,8 @@ def _keyword_offsets(scan: bytes) -> list[int]:
 BATCH = 4096  # lines put in one block when they come one by one
 
 # (never across a newline: the prefilter strips it from a block of lines)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\n]*\x07")
+# CSI (colours, cursor moves) and OSC (window title, hyperlinks), the OSC ended by BEL or by ST (`ESC \`)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
 _ANSI_BYTES = re.compile(_ANSI.pattern.encode())
 # What a host, a container runtime or a paste puts in front of the server's own line, outermost
 # first; each is removed at most once, in this order. The one place that knows them.
@@ -235,11 +236,12 @@ def open_log(log: LogInput) -> tuple[IO[bytes], str, bool]:
 
 
 def open_input(path: str) -> IO[bytes]:
-    """Open a path, `-` (stdin) or a .gz file for binary reading; InputError on failure."""
+    """Open a path or `-` (stdin) for binary reading, decompressed when it is gzip data (told by
+    its magic bytes, not its name: a .gz piped in is read too); InputError on failure."""
     if path == "-":
         if sys.stdin is None:
             raise InputError("standard input is closed")
-        return sys.stdin.buffer
+        return _maybe_gzip(sys.stdin.buffer, "standard input")
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not a log file")
     try:
@@ -249,13 +251,73 @@ def open_input(path: str) -> IO[bytes]:
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
     try:
-        head = fh.peek(4)[:2] if hasattr(fh, "peek") else b""
-    except OSError as exc:
+        return _maybe_gzip(fh, path)
+    except InputError:
         fh.close()
-        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-    if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
-    return fh
+        raise
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _maybe_gzip(fh: IO[bytes], name: str) -> IO[bytes]:
+    """`fh`, or its decompression when it opens with gzip's magic bytes. A stream that cannot
+    peek (a test's BytesIO) has its first bytes read and put back in front."""
+    try:
+        if hasattr(fh, "peek"):
+            head = fh.peek(len(_GZIP_MAGIC))[:len(_GZIP_MAGIC)]
+        else:
+            head = fh.read(len(_GZIP_MAGIC))
+            fh = _Prefixed(head, fh)
+    except OSError as exc:
+        raise InputError(f"{name}: cannot be read ({exc.strerror or exc})") from None
+    return _Gunzip(fh, name) if head == _GZIP_MAGIC else fh
+
+
+class _Prefixed:
+    """A stream with bytes already read from it put back in front."""
+
+    def __init__(self, head: bytes, stream: IO[bytes]):
+        self.head, self.stream = head, stream
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            head, self.head = self.head, b""
+            return head + self.stream.read()
+        head, self.head = self.head[:size], self.head[size:]
+        return head + self.stream.read(size - len(head)) if len(head) < size else head
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class _Gunzip:
+    """gzip data decompressed (members one after another, trailing NUL padding ignored, as
+    gunzip does). Bytes after the last member that are no gzip member are refused, like a
+    truncated or corrupt file: the file is not what it claims to be (`gunzip -c FILE |
+    capdiag explain` reads the part before them: gunzip warns and decompresses it). No
+    fileno(): what it reads is not the descriptor's bytes, so it is read like a file, never as
+    a live pipe."""
+
+    def __init__(self, fh: IO[bytes], name: str):
+        self.fh, self.gz, self.name = fh, gzip.GzipFile(fileobj=fh), name
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.gz.read(size)
+        except gzip.BadGzipFile as exc:
+            # the first member's magic was checked before: this is what follows the last one
+            if str(exc).startswith("Not a gzipped file"):
+                raise InputError(f"{self.name}: not a whole gzip file: data that is not gzip follows its compressed "
+                                 "stream (trailing garbage); `gunzip -c` decompresses the part before it") from None
+            raise
+
+    def close(self) -> None:
+        self.gz.close()  # leaves the file it read alone
+        self.fh.close()
 
 
 IDLE_S = 0.25  # a live stream that sends nothing for this long has paused
@@ -269,8 +331,12 @@ class LiveStream:
     A regular file has no pauses to wait for: after `finish()` it ends at once."""
 
     def __init__(self, stream: IO[bytes]):
-        self.stream, self.fd, self.deadline = stream, stream.fileno(), None
-        self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
+        self.stream, self.deadline = stream, None
+        try:
+            self.fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # no descriptor of its own (decompressed, in memory)
+            self.fd = None
+        self.regular = self.fd is None or stat.S_ISREG(os.fstat(self.fd).st_mode)
 
     @staticmethod
     def wanted(stream: IO[bytes]) -> bool:

@@ -322,6 +322,58 @@ def test_a_failed_output_write_keeps_the_old_file(tmp_path):
     assert ok.returncode == 0 and json.loads(target.read_text())["framework"] == "sglang"
 
 
+# ---- .gz edge cases ---------------------------------------------------------------------------
+
+def test_a_gz_with_trailing_garbage_is_refused_in_one_line(tmp_path):
+    import gzip
+    path = tmp_path / "trailing.log.gz"
+    path.write_bytes(gzip.compress(TEXT.encode()) + b"garbage after the gzip stream\n")
+    done = _run(["explain", str(path)])
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"capdiag: error: {path}: not a whole gzip file: data that is not gzip "
+                                        "follows its compressed stream (trailing garbage); `gunzip -c` "
+                                        "decompresses the part before it"]
+    piped = _run(["explain", "-"], input=None, stdin=open(path, "rb"))
+    assert piped.returncode == 2 and "standard input: not a whole gzip file" in piped.stderr
+
+
+def test_a_gz_padded_with_nuls_or_of_several_members_is_read_as_gunzip_reads_it(tmp_path):
+    import gzip
+    data = TEXT.encode()
+    padded = tmp_path / "padded.log.gz"
+    padded.write_bytes(gzip.compress(data) + b"\0" * 512)
+    members = tmp_path / "members.log.gz"
+    members.write_bytes(gzip.compress(data[:2000]) + gzip.compress(data[2000:]))
+    for path in (padded, members):
+        assert analyse(str(path)).knowledge.value("kv_pool", "tokens") == 415615
+
+
+def test_a_gz_piped_to_stdin_is_decompressed(tmp_path, monkeypatch, capsys):
+    import gzip
+    path = tmp_path / "piped.log.gz"
+    path.write_bytes(gzip.compress(TEXT.encode()))
+    for args in (["explain", "-", "--format", "json"], ["explain", "--format", "json", "--until-ready"]):
+        with open(path, "rb") as stdin:  # a real pipe's descriptor: the live-stream path
+            done = _run(args, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["source"]["lines"] == 27 and report["observed"]["kv_tokens"] == 415615
+    # in process, standard input without peek() (click's runner gives a BytesIO)
+    from click.testing import CliRunner
+    from capdiag.cli import main
+    result = CliRunner().invoke(main, ["explain", "-", "--format", "json"], input=path.read_bytes())
+    assert result.exit_code == 0 and json.loads(result.output)["observed"]["kv_tokens"] == 415615
+
+
+def test_an_osc_sequence_ended_by_st_is_stripped_where_the_line_is_read():
+    from capdiag.source import line_text
+    raw = "\x1b]0;title by ST\x1b\\\x1b]8;;http://x\x1b\\[2026-03-02 09:14:16] Load weight begin. avail mem=78.43 GB" \
+          "\x1b]2;bell\x07"
+    assert line_text(raw.encode()) == "[2026-03-02 09:14:16] Load weight begin. avail mem=78.43 GB"
+    # an OSC left open runs to the end of the line and is not stripped: printable() shows its ESC
+    assert line_text(b"a \x1b]0;open") == "a \x1b]0;open"
+
+
 # ---- unbounded work ----------------------------------------------------------------------------
 
 def test_soft_wrapped_lines_join_within_a_bound():
@@ -431,6 +483,25 @@ def test_explain_outputs_carry_no_control_character_or_markup(fmt, tmp_path, mon
         assert "<img" not in out
     if fmt == "markdown":
         assert not _markup_outside_code(out)
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_unread_lines_are_shown_escaped_in_every_report_format(fmt, tmp_path, monkeypatch, capsys):
+    key = "<img src=x onerror=alert(1)>\x1b[2J"
+    log = _log(tmp_path, f"[2026-03-02 09:14:07] server_args={{'model_path': 'm', 'tp_size': 1, '{key}': 1e400}}\n"
+                         + "\n".join(TEXT.splitlines()[2:]).replace("#tokens: 415615", "#tokens: " + "9" * 5000) + "\n")
+    code, out, err = run_entry(monkeypatch, capsys, "explain", log, "--format", fmt, "--no-color")
+    _clean_exit(code, out, err, allowed=(0,))
+    _no_control(out)
+    shown = [l for l in out.splitlines() if "Not read" in l]
+    assert len(shown) == 2, shown
+    assert "line 12" in shown[1] and "a number of 5000 digits" in shown[1]
+    assert "entries with a number out of range not read" in shown[0]
+    if fmt == "markdown":
+        assert not _markup_outside_code(out) and "&lt;img src=x" in shown[0]
+    if fmt == "html":
+        assert "<img" not in out
+        assert '<a href="#L1">line 1</a>' in shown[0] and "&lt;img src=x" in shown[0]
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "sarif", "junit", "github"])
