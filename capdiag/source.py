@@ -241,7 +241,7 @@ def open_input(path: str) -> IO[bytes]:
     if path == "-":
         if sys.stdin is None:
             raise InputError("standard input is closed")
-        return _maybe_gzip(sys.stdin.buffer, "standard input")
+        return _stdin(sys.stdin.buffer)
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not a log file")
     try:
@@ -251,31 +251,32 @@ def open_input(path: str) -> IO[bytes]:
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
     try:
-        return _maybe_gzip(fh, path)
-    except InputError:
+        head = fh.peek(len(_GZIP_MAGIC))[:len(_GZIP_MAGIC)]
+    except OSError as exc:
         fh.close()
-        raise
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+    return _Gunzip(fh, path) if head == _GZIP_MAGIC else fh
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _maybe_gzip(fh: IO[bytes], name: str) -> IO[bytes]:
-    """`fh`, or its decompression when it opens with gzip's magic bytes. A stream that cannot
-    peek (a test's BytesIO) has its first bytes read and put back in front."""
+def _stdin(fh: IO[bytes]) -> IO[bytes]:
+    """Standard input, its first bytes read to tell gzip data. They are taken out of the
+    stream's buffer whole (read1: what has arrived, never waiting for more than some), because
+    a live pipe is then read from its descriptor, past that buffer."""
+    head = b""
     try:
-        if hasattr(fh, "peek"):
-            head = fh.peek(len(_GZIP_MAGIC))[:len(_GZIP_MAGIC)]
-        else:
-            head = fh.read(len(_GZIP_MAGIC))
-            fh = _Prefixed(head, fh)
+        while len(head) < len(_GZIP_MAGIC) and (piece := fh.read1(CHUNK)):
+            head += piece
     except OSError as exc:
-        raise InputError(f"{name}: cannot be read ({exc.strerror or exc})") from None
-    return _Gunzip(fh, name) if head == _GZIP_MAGIC else fh
+        raise InputError(f"standard input cannot be read ({exc.strerror or exc})") from None
+    stream = _Prefixed(head, fh)
+    return _Gunzip(stream, "standard input") if head.startswith(_GZIP_MAGIC) else stream
 
 
 class _Prefixed:
-    """A stream with bytes already read from it put back in front."""
+    """A stream with the bytes already read from it put back in front."""
 
     def __init__(self, head: bytes, stream: IO[bytes]):
         self.head, self.stream = head, stream
@@ -286,6 +287,10 @@ class _Prefixed:
             return head + self.stream.read()
         head, self.head = self.head[:size], self.head[size:]
         return head + self.stream.read(size - len(head)) if len(head) < size else head
+
+    def take_head(self) -> bytes:
+        head, self.head = self.head, b""
+        return head
 
     def fileno(self) -> int:
         return self.stream.fileno()
@@ -356,6 +361,8 @@ class LiveStream:
             return b""
         if self.regular:
             return self.stream.read(size)
+        if isinstance(self.stream, _Prefixed) and self.stream.head:  # read before the descriptor was
+            return self.stream.take_head()
         if not select.select([self.fd], [], [], IDLE_S)[0]:
             return b"" if self.deadline is not None else None
         return os.read(self.fd, size)
