@@ -13,10 +13,9 @@ import attrs
 import click
 
 from capdiag import __version__, api, ruledocs, terminal
-from capdiag.analysis import read_log
+from capdiag.analysis import read_launches
 from capdiag.api import DEFAULT_FAIL_ON
 from capdiag.errors import InputError
-from capdiag.launches import split_launches
 from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
@@ -357,8 +356,7 @@ def example(ctx, fmt):
 @click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
 def facts(log, fmt):
     """List every typed fact read from LOG (or a pipe on stdin), with its launch and line."""
-    found, _, _ = read_log(_stdin_or_refuse((log,) if log else ())[0])
-    launches = split_launches(found)
+    launches = read_launches(_stdin_or_refuse((log,) if log else ())[0], keep_all=True).launches
     rows = [(launch.index, fact) for launch in launches for fact in launch.facts]
     if fmt == "json":
         out = [{"kind": f.kind, "launch": n, "line": f.evidence.line, "rank": attrs.asdict(f.rank),

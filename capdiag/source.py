@@ -657,7 +657,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
                 pending = None
             continue
         starts = _hit_starts(block)
-        cursor, number, fed = 0, first - 1, 0
+        cursor, number, fed, fed_line = 0, first - 1, 0, first
         while cursor < len(block):
             if pending is None:  # nothing held: skip to the next line with a keyword
                 at = bisect.bisect_left(starts, cursor)
@@ -700,22 +700,24 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
                 spans = 0
                 if _RECORD.search(text):
                     if traffic is not None:
-                        fed = _feed_traffic(traffic, first, block, fed, line_start)
+                        _feed_traffic(traffic, fed_line, block, fed, line_start)
+                        fed, fed_line = line_start, number
                         traffic.restart(number)
                     pending, record, last_piece, brackets = line, True, raw, None
                 else:  # held one line: it may continue on the next (soft or hard wrap)
                     pending, record, spans, command = line, False, 0, bool(_COMMAND.search(text))
         if traffic is not None:
-            _feed_traffic(traffic, first, block, fed, len(block))
+            _feed_traffic(traffic, fed_line, block, fed, len(block))
     if pending is not None:
         yield pending
 
 
-def _feed_traffic(traffic, first: int, block: bytes, start: int, stop: int) -> int:
-    """Hand block[start:stop] to the traffic sink, numbered and without ANSI codes; returns stop."""
+def _feed_traffic(traffic, line: int, block: bytes, start: int, stop: int) -> None:
+    """Hand block[start:stop], whose first line is number `line`, to the traffic sink without
+    ANSI codes. (The number is carried, not counted from the block's start: a block holding
+    many start-up records would be counted over once per record.)"""
     if stop > start:
         piece = block if (start, stop) == (0, len(block)) else block[start:stop]
         if b"\x1b" in piece:
             piece = _ANSI_BYTES.sub(b"", piece)
-        traffic.feed(first + block.count(b"\n", 0, start), piece)
-    return stop
+        traffic.feed(line, piece)

@@ -20,7 +20,6 @@ from lark.exceptions import LarkError
 
 from capdiag.analysis import read_log
 from capdiag.cli import _values
-from capdiag.launches import split_launches
 from capdiag.parsing import sglang, vllm
 from capdiag.source import candidate_lines
 from helpers import dump, rank_tags, same, write_log
@@ -93,7 +92,7 @@ def read_as_cli(framework: str, text: str, tmp_path: Path) -> list[dict]:
     path = write_log(tmp_path, ANCHOR[framework] + "\n" + text + "\n", f"{framework}.log")
     found, _, _ = read_log(path, runtime=False)  # the grammars' catalogue; traffic lines are summed (section 5)
     rows = [{"kind": f.kind, "line": f.evidence.line, "rank": rank_tags(f.rank), "values": _values(f)}
-            for launch in split_launches(found) for f in launch.facts if f.evidence.line > 1]
+            for f in found if f.evidence.line > 1]
     return json.loads(json.dumps(rows, default=str))
 
 

@@ -53,17 +53,25 @@ def _optional(cls: type) -> frozenset:
     return frozenset(a.name for a in attrs.fields(cls) if a.default is None)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _shared(rank: F.Rank) -> F.Rank:
+    """One Rank object for all the lines of a rank (10,000 ranks print ~10 lines each), its
+    tags checked once."""
+    if not rank_in_range(attrs.asdict(rank)):
+        raise OutOfRange(f"rank tag {rank.label} is out of range")
+    return rank
+
+
 def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
     out: list[F.Fact] = []
     for parsed in _parse(line.text, framework):
         values, notes = check_values(parsed.values, _optional(parsed.cls))
-        if not rank_in_range(attrs.asdict(parsed.rank)):
-            raise OutOfRange(f"rank tag {parsed.rank.label} is out of range")
+        rank = _shared(parsed.rank)
         role = values.pop("_role", None)
         extra = {"role": role, "role_stated": True} if role else {}
         evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to)
-        out.append(parsed.cls(evidence=evidence, rank=parsed.rank, **values, **extra))
-        out.extend(F.UnreadLine(evidence=evidence, rank=parsed.rank, reason=f"{parsed.cls.__name__}: {note}")
+        out.append(parsed.cls(evidence=evidence, rank=rank, **values, **extra))
+        out.extend(F.UnreadLine(evidence=evidence, rank=rank, reason=f"{parsed.cls.__name__}: {note}")
                    for note in notes)
     return out
 
@@ -94,22 +102,27 @@ def framework_of(fact: F.Fact) -> Optional[str]:
     return next((name for name in FRAMEWORKS if module.endswith("." + name)), None)
 
 
-def detect_framework(facts: Iterable[F.Fact]) -> Optional[str]:
-    """The framework whose own line kinds the log holds most of; for a log that holds none (a
-    traceback alone), the one whose source files its frames run through."""
-    counts = {name: 0 for name in FRAMEWORKS}
-    frames = {name: 0 for name in FRAMEWORKS}
-    for fact in facts:
+class FrameworkVotes:
+    """The framework whose own line kinds a log holds most of, counted as its facts stream past;
+    for a log that holds none (a traceback alone), the one whose source files its frames run
+    through."""
+
+    def __init__(self) -> None:
+        self.counts = {name: 0 for name in FRAMEWORKS}
+        self.frames = {name: 0 for name in FRAMEWORKS}
+
+    def add(self, fact: F.Fact) -> None:
         name = framework_of(fact)
         if name:
-            counts[name] += 1
+            self.counts[name] += 1
         elif isinstance(fact, F.TracebackFrame):
             for candidate in FRAMEWORKS:
-                frames[candidate] += f"/{candidate}/" in fact.path
-    if max(counts.values()) == 0:
-        counts = frames
-    best = max(counts.values())
-    return None if best == 0 else max(FRAMEWORKS, key=lambda n: counts[n])
+                self.frames[candidate] += f"/{candidate}/" in fact.path
+
+    def winner(self) -> Optional[str]:
+        counts = self.counts if max(self.counts.values()) else self.frames
+        best = max(counts.values())
+        return None if best == 0 else max(FRAMEWORKS, key=lambda n: counts[n])
 
 
 def with_launch(fact: F.Fact, launch: int) -> F.Fact:
