@@ -82,12 +82,19 @@ def read_launches(log: LogInput, framework: Optional[str] = None, until_ready: O
     try:
         counter = _Counter(physical_runs(stream))
         traffic = TrafficAggregator() if runtime else None
+        closed = 0
         for fact in read_facts(candidate_runs(counter, traffic), framework):
             votes.add(fact)
             own = framework_of(fact)
             for name, view in views.items():
                 if own is None or own == name:
                     view.add(fact)
+            # a launch ended: its traffic is kept only while the launch is (the sums are of the
+            # framework whose traffic lines the log holds, and only its view can use them)
+            summing = views.get(traffic.framework) if traffic is not None else None
+            if summing is not None and len(summing.outlines) != closed:
+                closed = len(summing.outlines)
+                traffic.forget_before(summing.kept_from)
             if isinstance(stream, LiveStream) and ends_startup(fact):
                 stream.finish()
     finally:

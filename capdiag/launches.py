@@ -134,6 +134,16 @@ class LaunchSplitter:
         self.group, self.begins = [], Counter()
         self.finished = self.scheduler_seen = False
 
+    @property
+    def kept_from(self) -> int:
+        """The first line of the launch kept, else of the one being read: no launch that ended
+        before it can be analysed any more."""
+        if self.keep_all:
+            return 0
+        if self.kept:
+            return self.kept[0].first_line
+        return self.group[0].evidence.line if self.group else 0
+
     def finish(self, late: Iterable[F.Fact] = ()) -> tuple[list[Outline], list[Launch]]:
         """The outline of every launch, and the launches kept, each with its roles assigned.
         `late` are facts known only once the input has been read (the run-time traffic sums,
