@@ -77,6 +77,7 @@ class Outline:
     last_line: int
     phase: str
     failure: Optional[F.Fact]
+    ended_by: Optional[str] = None  # why the next launch began here (None for the last)
 
     @classmethod
     def of(cls, launch: Launch) -> "Outline":
@@ -99,40 +100,63 @@ class LaunchSplitter:
     furthest — or all of them with `keep_all` (`capdiag facts`).
 
     A new launch starts at a line that opens a start-up (_OPENERS) once per-rank lines have been
-    seen, or when a rank begins loading weights (or torch distributed) again after the start-up
-    finished or failed, or for the third time (target and draft load once each).
+    seen, or a second time (a start-up record of the same kind again, before any rank printed:
+    the first start-up got no further); or when a rank begins loading weights (or torch
+    distributed) again after the start-up finished or failed, or once more than its start-up
+    loads models: twice with a draft model (speculative decoding), once when server_args
+    states there is none. A line that repeats such a line word for word (one line printed
+    twice, by two log handlers or a paste) is read once; the repeat is named as unread.
     """
 
     def __init__(self, wanted: Optional[int] = None, keep_all: bool = False):
         self.wanted, self.keep_all = wanted, keep_all
         self.outlines: list[Outline] = []
         self.kept: list[Launch] = []
+        self._open()
+
+    def _open(self) -> None:
         self.group: list[F.Fact] = []
         self.begins: Counter = Counter()
+        self.said: dict[tuple, F.Fact] = {}  # the first opener or begin line of each kind and rank
+        self.loads = 2  # model loads a rank makes: target and draft, unless none is stated
         self.finished = self.scheduler_seen = False
 
     def add(self, fact: F.Fact) -> None:
-        begin = isinstance(fact, _BEGINS)
-        if self.group and ((isinstance(fact, _OPENERS) and self.scheduler_seen) or (
-                begin and (self.finished or self.begins[(type(fact), fact.rank.key())] >= 2))):
-            self._close()
+        opener, begin = isinstance(fact, _OPENERS), isinstance(fact, _BEGINS)
+        key = (type(fact), fact.rank.key())
+        said = self.said.get(key) if opener or begin else None
+        if self.group and ((opener and self.scheduler_seen) or (begin and self.finished)):
+            self._close(f"line {fact.evidence.line} starts another start-up")
+        elif said is not None and said.evidence.text == fact.evidence.text:
+            fact = F.UnreadLine(evidence=fact.evidence, rank=fact.rank,
+                                reason=f"{type(fact).__name__}: repeats line {said.evidence.line} word for word "
+                                       "(one line printed twice); read once")
+            opener = begin = False
+        elif self.group and opener and said is not None:
+            self._close(f"line {fact.evidence.line} opens another start-up record before any rank printed")
+        elif self.group and begin and self.begins[key] >= self.loads:
+            self._close(f"line {fact.evidence.line}: {fact.rank.label} begins loading again"
+                        + (" (server_args states no draft model)" if self.loads == 1 else ""))
+        if opener or begin:
+            self.said.setdefault(key, fact)
         if begin:
-            self.begins[(type(fact), fact.rank.key())] += 1
+            self.begins[key] += 1
+        if isinstance(fact, F.ServerArgs) and "speculative_algorithm" in fact.fields:
+            self.loads = 1 if fact.fields["speculative_algorithm"] is None else 2
         self.finished = self.finished or isinstance(fact, _FINISHED)
         self.scheduler_seen = self.scheduler_seen or not isinstance(fact, _NEUTRAL)
         self.group.append(fact)
 
-    def _close(self) -> None:
+    def _close(self, ended_by: Optional[str] = None) -> None:
         launch = Launch(len(self.outlines) + 1, tuple(self.group))
-        outline = Outline.of(launch)
+        outline = attrs.evolve(Outline.of(launch), ended_by=ended_by)
         self.outlines.append(outline)
         if self.keep_all:
             self.kept.append(launch)
         elif self.wanted == launch.index if self.wanted is not None else (
                 not self.kept or F.PHASES.index(outline.phase) >= F.PHASES.index(self.outlines[self.kept[0].index - 1].phase)):
             self.kept = [launch]
-        self.group, self.begins = [], Counter()
-        self.finished = self.scheduler_seen = False
+        self._open()
 
     @property
     def kept_from(self) -> int:

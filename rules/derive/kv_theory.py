@@ -10,13 +10,20 @@ The per-rank cell, as SGLang and vLLM size it:
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
+
+import attrs
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
 
-_ELEMENT = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
+_ELEMENT = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "bf16 or fp16": 2}
+
+
+# A KV dtype told only by its width (kv-pool.dtype infers one from the log's bytes per token;
+# no KV cache of SGLang or vLLM is 1 byte wide but fp8's)
+_BY_WIDTH = {1: "fp8", 2: "bf16 or fp16", 4: "fp32"}
 
 
 def element_size(dtype: Optional[str]) -> Optional[float]:
@@ -66,6 +73,55 @@ def _is_compressed_swa(cfg: dict) -> bool:
     return "deepseek_v4" in text or "deepseekv4" in text or "compress_ratios" in cfg
 
 
+@attrs.frozen
+class _Cell:
+    """The KV elements one token takes on one rank, and how they were counted: `formula(elem)`
+    is the arithmetic with an element size of `elem` bytes."""
+
+    elements: int
+    formula: Callable[[float], str]
+    detail: dict
+    note: str  # how the layers were counted, as " (…)", or ""
+
+
+def _cell(kb, model: F.ModelConfig) -> "_Cell | str":
+    """The per-rank KV cell of the model config.json describes, without the element size;
+    the reason as a string when there is none to compute (DeepSeek-V4's compressed KV, DSA's
+    fp8-only cell, no attention shape)."""
+    cfg = model.fields
+    if _is_compressed_swa(cfg):
+        return ("DeepSeek-V4 compresses KV (CSA/HCA sliding windows): no per-token cell to compute; the log's "
+                "bytes_per_full_token already holds the compression (for V4.1, 528 B / 288 B are the stored per-token "
+                "payload and scale values, not the allocation after page padding)")
+    tp = kb.value("config", "tp_size") or 1
+    pp = kb.value("config", "pp_size") or 1
+    dp = kb.value("config", "dp_size") or 1
+    attn_tp = tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp
+    layers, counted = attention_layers(cfg)
+    if pp > 1:
+        layers = -(-layers // pp)
+        counted = "; ".join(c for c in (counted, f"÷ {pp} PP stages, rounded up (even split assumed)") if c)
+    note = f" ({counted})" if counted else ""
+    if cfg.get("kv_lora_rank"):
+        lora, rope = cfg["kv_lora_rank"], cfg.get("qk_rope_head_dim", 0)
+        return _Cell((lora + rope) * layers,
+                     lambda elem: f"MLA: ({lora} + {rope}) × {layers} layers × {elem} B{note}; not split by TP: every "
+                                  "rank holds the latent", {"attention": "mla", "layers": layers, "replication": 1},
+                     note)
+    shape = attention_shape(cfg)
+    if shape is None:
+        return "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"
+    heads, head_dim = shape
+    v_head_dim = cfg.get("v_head_dim") or head_dim
+    per_rank = max(1, heads // attn_tp)
+    copies = attn_tp // heads if heads < attn_tp else 1
+    shared = f"; {heads} KV heads over {attn_tp} ranks: each head is stored {copies} times" if copies > 1 else ""
+    return _Cell(per_rank * (head_dim + v_head_dim) * layers,
+                 lambda elem: f"max(1, {heads} KV heads // attn_tp {attn_tp}) = {per_rank} × ({head_dim} + {v_head_dim}) "
+                              f"× {layers} layers × {elem} B{note}{shared}",
+                 {"attention": "mha", "kv_heads_per_rank": per_rank, "replication": copies, "layers": layers}, note)
+
+
 @rule("kv-pool.theoretical",
       reads=(F.ModelConfig, "kv_pool:dtype", "config:tp_size", "config:pp_size", "config:dp_size", "config:enable_dp_attention?"),
       concludes=("kv_pool:theoretical_bytes_per_token",))
@@ -79,10 +135,7 @@ def theoretical(kb):
         return
     cfg = model.fields
     if _is_compressed_swa(cfg):
-        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
-            "DeepSeek-V4 compresses KV (CSA/HCA sliding windows): no per-token cell to compute; the log's "
-            "bytes_per_full_token already holds the compression (for V4.1, 528 B / 288 B are the stored per-token "
-            "payload and scale values, not the allocation after page padding)"), "kv-pool.theoretical", (model,))
+        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(_cell(kb, model)), "kv-pool.theoretical", (model,))
         return
     dtype_d = kb.get("kv_pool", "dtype")
     elem = element_size(dtype_d.value) if dtype_d is not None and dtype_d.known else None
@@ -91,55 +144,35 @@ def theoretical(kb):
                       Unknown("the KV element size is unknown (dtype not stated, or fp4 with block scales)"),
                       "kv-pool.theoretical", (model,) + ((dtype_d,) if dtype_d else ()))
         return
-    tp = kb.value("config", "tp_size") or 1
-    pp = kb.value("config", "pp_size") or 1
-    dp = kb.value("config", "dp_size") or 1
-    attn_tp = tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp
-    layers, counted = attention_layers(cfg)
-    if pp > 1:
-        layers = -(-layers // pp)
-        counted = "; ".join(c for c in (counted, f"÷ {pp} PP stages, rounded up (even split assumed)") if c)
+    cell = _cell(kb, model)
     premises = tuple(p for p in (model, dtype_d, kb.get("config", "tp_size")) if p is not None)
-    if cfg.get("kv_lora_rank"):
-        row = cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0)
-        formula = f"MLA: ({cfg['kv_lora_rank']} + {cfg.get('qk_rope_head_dim', 0)}) × {layers} layers × {elem} B"
-        value = row * layers * elem
-        if cfg.get("index_head_dim") and elem == 1:
-            lora, rope, idx = cfg["kv_lora_rank"], cfg.get("qk_rope_head_dim", 0), cfg["index_head_dim"]
-            row = lora + lora // 128 * 4 + rope * 2 + idx + idx // 128 * 4
-            value = row * layers
-            formula = (f"DSA fp8: ({lora} + {lora}/128×4 + {rope}×2 + indexer {idx} + {idx}/128×4) × {layers} layers")
-        yield Derived("kv_pool", "theoretical_bytes_per_token", value, "kv-pool.theoretical", premises,
-                      formula + (f" ({counted})" if counted else "") + "; not split by TP: every rank holds the latent",
-                      {"attention": "mla", "layers": layers, "replication": 1})
+    if isinstance(cell, str):
+        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(cell), "kv-pool.theoretical", premises)
         return
-    shape = attention_shape(cfg)
-    if shape is None:
-        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
-            "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"),
-            "kv-pool.theoretical", premises)
+    if cfg.get("kv_lora_rank") and cfg.get("index_head_dim") and elem == 1:
+        lora, rope, idx = cfg["kv_lora_rank"], cfg.get("qk_rope_head_dim", 0), cfg["index_head_dim"]
+        layers = cell.detail["layers"]
+        row = lora + lora // 128 * 4 + rope * 2 + idx + idx // 128 * 4
+        yield Derived("kv_pool", "theoretical_bytes_per_token", row * layers, "kv-pool.theoretical", premises,
+                      f"DSA fp8: ({lora} + {lora}/128×4 + {rope}×2 + indexer {idx} + {idx}/128×4) × {layers} layers"
+                      f"{cell.note}; not split by TP: every rank holds the latent", cell.detail)
         return
-    heads, head_dim = shape
-    v_head_dim = cfg.get("v_head_dim") or head_dim
-    per_rank = max(1, heads // attn_tp)
-    copies = attn_tp // heads if heads < attn_tp else 1
-    value = per_rank * (head_dim + v_head_dim) * layers * elem
-    formula = (f"max(1, {heads} KV heads // attn_tp {attn_tp}) = {per_rank} × ({head_dim} + {v_head_dim}) × "
-               f"{layers} layers × {elem} B" + (f" ({counted})" if counted else ""))
-    if copies > 1:
-        formula += f"; {heads} KV heads over {attn_tp} ranks: each head is stored {copies} times"
-    yield Derived("kv_pool", "theoretical_bytes_per_token", value, "kv-pool.theoretical", premises, formula,
-                  {"attention": "mha", "kv_heads_per_rank": per_rank, "replication": copies, "layers": layers})
+    yield Derived("kv_pool", "theoretical_bytes_per_token", cell.elements * elem, "kv-pool.theoretical", premises,
+                  cell.formula(elem), cell.detail)
 
 
 @rule("kv-pool.dtype",
-      reads=(F.KVCacheAllocated, F.KVCacheDtype, F.LoadWeightEnd, F.VllmEngineConfig, F.ModelConfig, "config:kv_cache_dtype"),
+      reads=(F.KVCacheAllocated, F.KVCacheDtype, F.LoadWeightEnd, F.VllmEngineConfig, F.ModelConfig, "config:kv_cache_dtype",
+             "kv_pool:bytes_per_token?", "config:tp_size?", "config:pp_size?", "config:dp_size?",
+             "config:enable_dp_attention?"),
       concludes=("kv_pool:dtype",))
 def kv_dtype(kb):
     """The KV element type in use: what the log's KV lines print, else the configured
     kv_cache_dtype, else — for a stated `auto` — the model's dtype (the weight-load line, vLLM's
     engine config, or config.json). A log that states neither leaves it unknown: `auto` is
-    never assumed."""
+    never assumed. With config.json, the width is then read from the log's own bytes per token
+    instead: the one of 1, 2 or 4 bytes whose cell falls inside the printed rounding of that
+    figure, when exactly one does."""
     printed = next((f for f in kb.of(F.KVCacheAllocated, F.KVCacheDtype, role=None) if getattr(f, "dtype", None)),
                    None)
     if printed is not None:
@@ -150,8 +183,7 @@ def kv_dtype(kb):
         yield Derived("kv_pool", "dtype", configured.value, "kv-pool.dtype", (configured,), "configured kv_cache_dtype")
         return
     if configured is None or not configured.known:  # `auto` is a setting the log must state, not a default to assume
-        yield Derived("kv_pool", "dtype", Unknown("the log prints no KV dtype and states no kv_cache_dtype"),
-                      "kv-pool.dtype", ())
+        yield _by_width(kb, "the log prints no KV dtype and states no kv_cache_dtype")
         return
     loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
     engine = kb.first(F.VllmEngineConfig, role=None)
@@ -166,8 +198,39 @@ def kv_dtype(kb):
             yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
             return
     if model is not None:
-        yield Derived("kv_pool", "dtype", Unknown("no KV dtype printed or configured, and config.json names no dtype"),
-                      "kv-pool.dtype", (model,))
+        yield _by_width(kb, "no KV dtype printed or configured, and config.json names no dtype")
+
+
+def _by_width(kb, unstated: str) -> Derived:
+    """The KV dtype by its width: the log's bytes per token over config.json's elements per
+    token, when exactly one of 1, 2 and 4 bytes fits the printed rounding (and the pool's
+    padding page, as kv-pool.compare allows); else unknown, saying why."""
+    model, log = kb.first(F.ModelConfig, role=None), kb.get("kv_pool", "bytes_per_token")
+    if model is None:
+        return Derived("kv_pool", "dtype", Unknown(unstated), "kv-pool.dtype", ())
+    if log is None or not log.known or not log.value:
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; the log prints no KV size and token count to read "
+                                                   "its width from"), "kv-pool.dtype", (model,))
+    cell = _cell(kb, model)
+    if isinstance(cell, str):
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; no width to read: {cell}"), "kv-pool.dtype", (model, log))
+    if cell.detail.get("attention") == "mla" and model.fields.get("index_head_dim"):
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; DSA's cell holds fp8 scales and an indexer row: "
+                                                   "its width is not a multiple of one element"), "kv-pool.dtype",
+                       (model, log))
+    low, high = log.detail.get("low", log.value) / 1.002, log.detail.get("high", log.value) * 1.002
+    fits = [w for w in sorted(_BY_WIDTH) if low <= cell.elements * w <= high]
+    band = f"{log.value} B a token (printed rounding {log.detail.get('low', log.value)}–{log.detail.get('high', log.value)} B)"
+    if len(fits) != 1:
+        why = (f"{' and '.join(f'{w} B' for w in fits)} all fit" if fits else
+               f"{log.value / cell.elements:.3g} B an element, no width of 1, 2 or 4 B")
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; the log's {band} over config.json's "
+                                                   f"{cell.elements} elements a token: {why}"), "kv-pool.dtype",
+                       (model, log))
+    width = fits[0]
+    return Derived("kv_pool", "dtype", _BY_WIDTH[width], "kv-pool.dtype", (model, log),
+                   f"by width: config.json's cell {cell.formula(width)} = {cell.elements * width} B fits the log's "
+                   f"{band}; only {width} B an element does", {"inferred": True})
 
 
 @rule("kv-pool.compare",
