@@ -193,9 +193,11 @@ def probe(url: Optional[str] = None, *, metrics_files: Sequence[str] = (), heade
           token_env: Optional[str] = None, timeout: float = 10.0, verify: Union[bool, str] = True,
           framework: Optional[str] = None, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
           token_lengths: Sequence[int] = DEFAULT_LENGTHS, target_rank: Union[str, int, None] = None,
-          what_if: WhatIfInput = None, **_log_only: Any) -> Report:
+          what_if: WhatIfInput = None, interval: Optional[float] = None, **_log_only: Any) -> Report:
     """The report of a running server, from its own endpoints (`url`), or of saved scrapes of its
-    `/metrics` (`metrics_files`, oldest first). Options that only a log has (`launch`,
+    `/metrics` (`metrics_files`, oldest first). A server's load and metrics are read twice,
+    `interval` seconds apart (default 5, 0 once) for its rates; for saved scrapes `interval` is
+    the seconds between them when they carry no time. Options that only a log has (`launch`,
     `nvidia_smi`, …) are ignored."""
     from capdiag.probe import analyse_probe
     from capdiag.report import build
@@ -203,7 +205,7 @@ def probe(url: Optional[str] = None, *, metrics_files: Sequence[str] = (), heade
     a = analyse_probe(url, tuple(metrics_files), framework=framework, headers=tuple(headers), token_env=token_env,
                       timeout=timeout, verify=verify, gpu=gpu, gpu_total_gib=gpu_total_gib,
                       token_lengths=tuple(token_lengths), target_rank=None if target_rank is None else str(target_rank),
-                      what_if=_what_if(what_if))
+                      what_if=_what_if(what_if), interval=interval)
     return Report(build(a), a)
 
 

@@ -203,6 +203,9 @@ def _echo_err(text: str) -> None:
 @click.option("--insecure", is_flag=True, help="Do not verify the server's TLS certificate.")
 @click.option("--ca-cert", type=click.Path(dir_okay=False, exists=True), help="Verify TLS against this CA bundle.")
 @click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection: the server is this framework.")
+@click.option("--interval", type=click.FloatRange(0, 300), metavar="S",
+              help="Seconds between the two reads of a server's load and /metrics, for its rates (default 5; 0 reads "
+                   "once); with --metrics-file, the seconds between the saved scrapes when they carry no time.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--gpu", help="GPU alias from references/gpu-specs.json.")

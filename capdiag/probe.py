@@ -8,6 +8,7 @@ shows from what answers, unless `framework` says.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -18,23 +19,22 @@ from capdiag.parsing import endpoints as E
 from capdiag.parsing.prometheus import read_metrics
 
 
-def probe_server(server: Server, framework: Optional[str] = None) -> tuple[list[F.Fact], str, int]:
-    """The facts a running server's endpoints give; its framework; how many endpoints answered."""
+DEFAULT_INTERVAL = 5.0  # seconds between a live server's two scrapes
+MAX_INTERVAL = 300.0
+
+
+def probe_server(server: Server, framework: Optional[str] = None,
+                 interval: float = DEFAULT_INTERVAL) -> tuple[list[F.Fact], str, int]:
+    """The facts a running server's endpoints give; its framework; how many endpoints answered.
+    Its load and `/metrics` are read twice, `interval` seconds apart (0: once), so its counters
+    give rates."""
     if framework != "vllm":
         info = server.get("/server_info", "/get_server_info", required=framework == "sglang")
         if info is not None:
-            facts = _read(E.sglang_server_info, info.json(), f"GET {info.path}")
-            budget = next((f for f in facts if isinstance(f, F.TokenBudget)), None)
-            loads = server.get("/v1/loads", "/get_load", required=False)
-            answered = 1
-            if loads is not None:
-                facts += _read(E.sglang_loads, loads.json(), f"GET {loads.path}",
-                               budget.max_total_num_tokens if budget else None)
-                answered += 1
-            return facts, "sglang", answered
-    metrics = server.get("/metrics")
-    samples = read_metrics(metrics.text, f"GET {server.url}/metrics")
-    if not any(s.framework == "vllm" for s in samples):
+            return _sglang(server, info, interval)
+    metrics = _scrapes(server, interval, required=True)
+    samples = [read_metrics(reply.text, f"GET {server.url}/metrics") for reply, _ in metrics]
+    if not any(s.framework == "vllm" for s in samples[0]):
         raise InputError(f"{server.url}: /metrics holds no vLLM metric, and /server_info does not answer: "
                          "neither an SGLang nor a vLLM server")
     facts, answered = [], 1
@@ -44,12 +44,65 @@ def probe_server(server: Server, framework: Optional[str] = None) -> tuple[list[
         if reply is not None:
             facts += _read(reader, reply.json(), f"GET {path}")
             answered += 1
-    facts += E.vllm_metrics([[s for s in samples if s.framework == "vllm"]], "GET /metrics")
+    length = next((f.tokens for f in facts if isinstance(f, F.VllmMaxModelLen)), None)
+    facts += E.vllm_metrics([[s for s in scrape if s.framework == "vllm"] for scrape in samples], "GET /metrics",
+                            seconds=_apart(metrics), no_rates=_why_once(interval), max_model_len=length)
     return facts, "vllm", answered
 
 
-def probe_files(paths: tuple[str, ...], framework: Optional[str] = None) -> tuple[list[F.Fact], str, int]:
-    """Saved scrapes of `/metrics`, oldest first (two or more make the run-time series)."""
+def _sglang(server: Server, info, interval: float) -> tuple[list[F.Fact], str, int]:
+    """SGLang: its server info once; its load, and `/metrics` when it exports them
+    (`--enable-metrics`), twice."""
+    facts = _read(E.sglang_server_info, info.json(), f"GET {info.path}")
+    budget = next((f for f in facts if isinstance(f, F.TokenBudget)), None)
+    answered = 1
+    first = server.get("/v1/loads", "/get_load", required=False)
+    metrics = server.get("/metrics", required=False)
+    loads = [first] if first is not None else []
+    scrapes = [(metrics, time.monotonic())] if metrics is not None else []
+    if interval and (loads or scrapes):
+        time.sleep(interval)
+        if loads:
+            loads.append(server.get(loads[0].path))
+        if scrapes:
+            scrapes.append((server.get("/metrics"), time.monotonic()))
+    if loads:
+        facts += _read(E.sglang_loads, [reply.json() for reply in loads], f"GET {loads[0].path}",
+                       budget.max_total_num_tokens if budget else None)
+        answered += 1
+    if scrapes:
+        samples = [[s for s in read_metrics(reply.text, f"GET {server.url}/metrics") if s.framework == "sglang"]
+                   for reply, _ in scrapes]
+        facts += E.sglang_metrics(samples, "GET /metrics", seconds=_apart(scrapes), no_rates=_why_once(interval),
+                                  state=not loads)
+        answered += 1
+    return facts, "sglang", answered
+
+
+def _scrapes(server: Server, interval: float, required: bool) -> list[tuple]:
+    """`/metrics` once, or twice `interval` seconds apart: (reply, monotonic time) each."""
+    first = server.get("/metrics", required=required)
+    if first is None:
+        return []
+    taken = [(first, time.monotonic())]
+    if interval:
+        time.sleep(interval)
+        taken.append((server.get("/metrics"), time.monotonic()))
+    return taken
+
+
+def _apart(scrapes: list[tuple]) -> Optional[float]:
+    return round(scrapes[-1][1] - scrapes[0][1], 3) if len(scrapes) > 1 else None
+
+
+def _why_once(interval: float) -> Optional[str]:
+    return None if interval else "one scrape (--interval 0): a rate needs two"
+
+
+def probe_files(paths: tuple[str, ...], framework: Optional[str] = None,
+                interval: Optional[float] = None) -> tuple[list[F.Fact], str, int]:
+    """Saved scrapes of `/metrics`, oldest first (two or more make the run-time series, and the
+    rates: over the time the scrapes state, else `interval` seconds between consecutive ones)."""
     scrapes = []
     for path in paths:
         try:
@@ -63,8 +116,20 @@ def probe_files(paths: tuple[str, ...], framework: Optional[str] = None) -> tupl
         raise InputError(f"{paths[0]}: no vLLM or SGLang metric in the scrape")
     mine = [[s for s in scrape if s.framework == chosen] for scrape in scrapes]
     name = "metrics file " + ", ".join(Path(p).name for p in paths)
-    reader = E.vllm_metrics if chosen == "vllm" else E.sglang_metrics
-    return reader(mine, name), chosen, len(paths)
+    stamps = [max((s.timestamp for s in scrape if s.timestamp is not None), default=None) for scrape in mine]
+    seconds, why = None, None
+    if len(mine) > 1:
+        if all(t is not None for t in stamps):
+            seconds = round(stamps[-1] - stamps[0], 3)
+        elif interval:
+            seconds = interval * (len(mine) - 1)
+        else:
+            why = "the saved scrapes carry no time: give --interval, the seconds between them"
+        if seconds is not None and seconds <= 0:
+            seconds, why = None, f"the scrapes' times do not increase ({seconds:g} s from the first to the last)"
+    if chosen == "vllm":
+        return E.vllm_metrics(mine, name, seconds=seconds, no_rates=why), chosen, len(paths)
+    return E.sglang_metrics(mine, name, seconds=seconds, no_rates=why), chosen, len(paths)
 
 
 def _read(reader, payload, endpoint: str, *extra):
@@ -77,14 +142,16 @@ def _read(reader, payload, endpoint: str, *extra):
 
 def analyse_probe(url: Optional[str] = None, metrics_files: tuple[str, ...] = (), *, framework: Optional[str] = None,
                   headers: tuple[str, ...] = (), token_env: Optional[str] = None, timeout: float = 10.0,
-                  verify: bool | str = True, **options):
+                  verify: bool | str = True, interval: Optional[float] = None, **options):
     """The report's analysis of a running server or of saved scrapes, as `analyse` gives for a log."""
     from capdiag.analysis import analyse_facts
 
     if bool(url) == bool(metrics_files):
         raise InputError("give a server URL or --metrics-file (not both)")
+    if interval is not None and not 0 <= interval <= MAX_INTERVAL:
+        raise InputError(f"--interval {interval:g}: give 0 to {MAX_INTERVAL:g} seconds")
     if metrics_files:
-        facts, chosen, answered = probe_files(metrics_files, framework)
+        facts, chosen, answered = probe_files(metrics_files, framework, interval)
         return analyse_facts(", ".join(metrics_files), facts, chosen, answered, **options)
     token = None
     if token_env:
@@ -93,7 +160,7 @@ def analyse_probe(url: Optional[str] = None, metrics_files: tuple[str, ...] = ()
             raise InputError(f"--token-env {token_env}: that environment variable is not set")
     server = Server(url, timeout=timeout, headers=headers, token=token, verify=verify)
     try:
-        facts, chosen, answered = probe_server(server, framework)
+        facts, chosen, answered = probe_server(server, framework, DEFAULT_INTERVAL if interval is None else interval)
     finally:
         server.close()
     return analyse_facts(url, facts, chosen, answered, **options)

@@ -50,6 +50,11 @@ KEYWORDS = (
     "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len", "serve at least one request",
     "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
     "vllm serve", "-m vllm.", "attention block size", "vllm-openai", "docker run", "for KV cache on node", "Starting to load model",
+    # an argument vector printed as a Python list (a Ray actor's argv): its opening and its options
+    "['", '["', "'--", '"--',
+    # other backends' memory lines (XPU, HPU, TPU)
+    "Model profiling run took", "Initializing cache engine took", "init_cache_engine took", "Free device memory",
+    "Memory statistics |",
     # tracebacks and dying processes (both): every exception class name holds one of these
     "Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt", "Failure",
     "Timeout", "Killed", "sigquit", "Value error,",
@@ -112,6 +117,29 @@ def _keyword_offsets(scan: bytes) -> list[int]:
     ends: list[int] = []
     database.scan(scan, match_event_handler=lambda _id, _start, end, _flags, _context: ends.append(end - 1))
     return sorted(ends)
+# Counting newlines is the reader's largest cost after the keyword search (`bytes.count` ~0.7
+# s/GiB); numpy (the `fast` extra) counts at ~0.2 s/GiB but costs ~0.1 s to import, so it is
+# used only once this much of a log has been read. The count is the same either way.
+NUMPY_FROM = 64 << 20
+
+
+@lru_cache(maxsize=1)
+def _numpy():
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+def _newlines(block: bytes, read: int) -> int:
+    """The newlines in block; `read` the bytes of the input read so far."""
+    numpy = _numpy() if read >= NUMPY_FROM else None
+    if numpy is None:
+        return block.count(b"\n")
+    return int(numpy.count_nonzero(numpy.frombuffer(block, numpy.uint8) == 10))
+
+
 BATCH = 4096  # lines put in one block when they come one by one
 
 # (never across a newline: the prefilter strips it from a block of lines)
@@ -156,6 +184,13 @@ _CUT_REST = re.compile(r"^[:,;.)\]}]")
 # A shell command that starts a server; it continues after a trailing `\` and on the lines an
 # author wrapped it onto, which open with an option.
 _COMMAND = re.compile(r"(?:^|\s)(?:python[\d.]*\s+-m\s+(?:sglang|vllm)\.|(?:sglang|vllm)\s+serve\b|docker\s+run\s)")
+# An argument vector printed as a Python list, one element or a few per line (pprint, a Ray
+# actor's argv): the list opens on a line ending with a comma, and goes on over lines of quoted
+# elements, each behind the same process prefix, until `]`.
+_QUOTED_ITEM = r"""(?:'[^'\n]*'|"[^"\n]*")"""
+_ARGV_OPEN = re.compile(rf"\[\s*(?:{_QUOTED_ITEM}\s*,\s*)+$")
+_ARGV_PIECE = re.compile(rf"^(?:{_QUOTED_ITEM}\s*,\s*)*{_QUOTED_ITEM}\s*[,\]]$")
+_PROCESS_TAG = re.compile(r"^(?:\(\w[^)]*pid=\d+[^)]*\)\s*)+")
 MAX_LINE = 1 << 20  # bytes kept of one physical line; a longer one is cut, not held
 CHUNK = 1 << 20  # bytes read at a time
 
@@ -394,8 +429,27 @@ class _Recoded:
             if text or chunk == b"":  # an odd byte alone decodes to nothing yet: read on
                 return text.encode("utf-8", "surrogatepass")
 
+    def fill(self, buffer: bytearray, held: int) -> int | None:
+        """Put the next chunk (what read(CHUNK) would return) into `buffer` after its first
+        `held` bytes, growing it if need be; its length (0 at the end, None when a live stream
+        paused). A file or BytesIO read as it is is read straight into the buffer: no new
+        bytes object a chunk."""
+        if self.first is None and self.decoder is None and isinstance(self.stream, _READ_INTO):
+            if len(buffer) < held + CHUNK:
+                buffer.extend(bytes(held + CHUNK - len(buffer)))
+            with memoryview(buffer) as view:
+                return self.stream.readinto(view[held:held + CHUNK])
+        chunk = self.read(CHUNK)
+        if chunk:
+            buffer[held:held + len(chunk)] = chunk
+        return None if chunk is None else len(chunk)
+
     def close(self) -> None:
         self.stream.close()
+
+
+# streams whose readinto() fills what it is given as read() would return it
+_READ_INTO = (io.BufferedReader, io.BytesIO)
 
 
 def recoded(stream) -> _Recoded:
@@ -434,36 +488,48 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     lines worth reading are (line_text()). Raises InputError for binary or unreadable data.
     A stream whose `read` returns None has paused: an empty block says so (candidate_runs
     then lets a held line through instead of waiting for the next one).
+
+    A block is the lines that end in one more CHUNK of the input (so the blocks, and the
+    run-time series cut from them, do not depend on how the input is read). The input is
+    read into one reused buffer behind the start of a line the last chunk cut (at most
+    MAX_LINE bytes), and each block is copied out of it once.
     """
     # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
     # and must not shift the line numbers the report cites
-    number, carry, skipping = 0, b"", False
+    number, held, skipping, read = 0, 0, False, 0
+    buffer = bytearray()
     try:
         stream = recoded(stream)
-        while (chunk := stream.read(CHUNK)) != b"":
-            if chunk is None:
+        while (got := stream.fill(buffer, held)) != 0:
+            if got is None:
                 yield number + 1, b""
                 continue
-            if skipping:  # the rest of a line longer than MAX_LINE, whose head was kept
-                cut = chunk.find(b"\n")
+            start, end, read = 0, held + got, read + got
+            if skipping:  # the rest of a line longer than MAX_LINE, whose head was kept (held is 0)
+                cut = buffer.find(b"\n", 0, end)
                 if cut < 0:
                     continue
-                chunk, skipping = chunk[cut + 1:], False
-            cut = chunk.rfind(b"\n")
+                start, skipping = cut + 1, False
+            cut = buffer.rfind(b"\n", max(start, held), end)  # the held bytes hold no newline
             if cut < 0:
-                carry += chunk
-                if len(carry) > MAX_LINE:
-                    block, carry, skipping = carry[:MAX_LINE] + b"\n", b"", True
-                else:
+                if start:
+                    buffer[:end - start] = buffer[start:end]
+                held = end - start
+                if held <= MAX_LINE:
                     continue
+                block, held, skipping = bytes(buffer[:MAX_LINE]) + b"\n", 0, True
             else:
-                block, carry = carry + chunk[:cut + 1], chunk[cut + 1:]
+                with memoryview(buffer) as view:
+                    block = bytes(view[start:cut + 1])
+                held = end - cut - 1
+                buffer[:held] = buffer[cut + 1:end]
             _refuse_binary(block, number)
             yield number + 1, block
-            number += block.count(b"\n")
-        if carry:
-            _refuse_binary(carry, number)
-            yield number + 1, carry
+            number += _newlines(block, read)
+        if held:
+            block = bytes(buffer[:held])
+            _refuse_binary(block, number)
+            yield number + 1, block
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(f"the input cannot be read: {exc}") from None
 
@@ -643,10 +709,12 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
     run at the wrap width; any line hard-wrapped mid-sentence continues on a line
     that opens with punctuation (`: 29053`); a line an author wrapped after a comma continues
     on the next line when that one has no prefix, joined with a space; a launch command
-    continues after a trailing `\\` and on the lines that open with an option (`--tp 8`).
+    continues after a trailing `\\` and on the lines that open with an option (`--tp 8`); an
+    argument vector printed as a Python list continues over the lines of its quoted elements,
+    each behind its process prefix, until the list closes.
     """
     pending: Line | None = None
-    record = command = False
+    record = command = argv = False
     spans = 0
     last_piece = ""
     brackets = None  # the held record's bracket_state(), once needed
@@ -672,8 +740,12 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
             for text in clean(raw):
                 if pending is not None:
                     joined = None
+                    piece = _PROCESS_TAG.sub("", text, count=1) if argv else ""
                     if spans >= MAX_CONTINUATION:
                         pass
+                    elif argv and _ARGV_PIECE.match(piece):
+                        joined = _joined(pending, piece, raw, " ")
+                        argv = not piece.endswith("]")
                     elif not record and _CUT_REST.match(text):
                         joined = _joined(pending, text, raw, "")
                     elif record and text and not _HEADER.match(text) and not _TRACEBACK.match(text):
@@ -697,6 +769,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
                     continue
                 line = Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
                 command = False
+                argv = bool(_ARGV_OPEN.search(text))
                 spans = 0
                 if _RECORD.search(text):
                     if traffic is not None:

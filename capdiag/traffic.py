@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
-from operator import itemgetter
 from typing import Optional
 
 from capdiag import facts as F
@@ -55,8 +54,9 @@ _ENGINE = re.compile(rb"Engine (\d+): $")
 # takes only the runs of figures that stand together (the start of a decode line, its end, a
 # prefill line up to its queue) and checks that every line gave them (else the block is read
 # line by line with the full patterns above).
+# (the last group: a hybrid pool's SWA figures follow the usage, which the line-by-line reading takes)
 _S_DECODE = re.compile(rb"Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+), "
-                       rb"(?:full )?token usage: ([\d.]+)")
+                       rb"(?:full )?token usage: ([\d.]+)(, #swa)?")
 _S_DECODE_TAIL = re.compile(rb"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)")
 _S_PREFILL = re.compile(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), "
                         rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: ([\d.]+), (?:mamba usage: [\d.]+, )?"
@@ -66,22 +66,23 @@ _S_HEAD = re.compile(_SGL_HEAD)
 # ` DP1 TP0`, ` PP1 TP0`… otherwise), and only attention-TP rank 0 prints traffic: lines without
 # these tags all come from one scheduler.
 _MULTI_RANK = (b"DP", b"PP", b"ATTN_CP", b"MOE_DP")
-_V_COUNTS = re.compile(rb"ing: (\d+) reqs")  # Running, then Waiting (V1) or Pending (V0)
-_V_USAGE = re.compile(rb"GPU KV cache usage: ([\d.]+)%")
-_V_GEN = re.compile(rb"Avg generation throughput: ([\d.]+)")
 _V_ENGINES = re.compile(rb"Engine (\d+): Avg prompt")
 _VLLM_TIME = re.compile(rb"(?:(\d{4}-)?(\d\d-\d\d) )?(\d\d:\d\d:\d\d)")
 # V0 warns every 50th preemption, with the running total
 _PREEMPT = re.compile(rb"is preempted by PreemptionMode\.\w+ mode[^\n]*?total_num_cumulative_preemption=(\d+)")
 _TAG = re.compile(r"([A-Z_]+?)(\d+)")
 _NOT_QUEUED = b"0".__ne__
-_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def _line_at(block: bytes, pos: int) -> tuple[int, int]:
     """Start and end offsets of the line holding `pos`."""
     end = block.find(b"\n", pos)
     return block.rfind(b"\n", 0, pos) + 1, len(block) if end < 0 else end
+
+
+def _columns(rows: list[tuple], width: int) -> tuple[tuple, ...]:
+    """findall()'s rows of `width` groups as one tuple a group."""
+    return tuple(zip(*rows)) if rows else ((),) * width
 
 
 def _ranges(block: bytes, parts: int) -> list[tuple[int, int]]:
@@ -279,33 +280,39 @@ class TrafficAggregator:
 
     def _sglang_fast(self, first: int, block: bytes, tags: bytes) -> bool:
         """One scheduler's lines, a few contiguous figures at a time; False when some line did not
-        give them (a hybrid pool prints two usages: the line-by-line reading takes the fuller)."""
-        if b"swa token usage" in block:
-            return False
-        runs = []
+        give them (a hybrid pool prints two usages: the line-by-line reading takes the fuller).
+        Each pattern passes over the block once, and the figures are handled a column at a time
+        (zip(*rows)), so no Python runs per line."""
+        runs, decodes, prefills = [], 0, 0
         for start, stop in _ranges(block, SERIES_PER_BLOCK):
-            decode = _S_DECODE.findall(block, start, stop)  # (running, tokens, usage)
+            decode = _S_DECODE.findall(block, start, stop)  # (running, tokens, usage, swa)
             tail = _S_DECODE_TAIL.findall(block, start, stop)  # (throughput, queue)
             prefill = _S_PREFILL.findall(block, start, stop)  # (new, new tokens, cached, usage, running, queue)
             if len(decode) != len(tail):
                 return False
             if decode or prefill:
-                runs.append((start, stop, decode, tail, prefill))
-        if sum(len(r[2]) for r in runs) != block.count(b"Decode batch") or \
-                sum(len(r[4]) for r in runs) != block.count(b"Prefill batch"):
+                d_running, d_tokens, d_usage, swa = _columns(decode, 4)
+                if any(swa):
+                    return False
+                runs.append((start, stop, (d_running, d_tokens, d_usage), _columns(tail, 2), _columns(prefill, 6)))
+                decodes += len(decode)
+                prefills += len(prefill)
+        # every " batch" inside a line read proves both counts below in one pass
+        if decodes + prefills != block.count(b" batch") and (
+                decodes != block.count(b"Decode batch") or prefills != block.count(b"Prefill batch")):
             return False
         if not runs:
             return True
         rank = self._rank("sglang", tags)
-        for start, stop, decode, tail, prefill in runs:
-            rank.add(first, block, [d[2] for d in decode] + [p[3] for p in prefill],
-                     [t[1] for t in tail] + [p[5] for p in prefill], [d[0] for d in decode] + [p[4] for p in prefill],
+        for start, stop, (d_running, d_tokens, d_usage), (throughput, d_queue), prefill in runs:
+            p_seqs, p_new, p_cached, p_usage, p_running, p_queue = prefill
+            rank.add(first, block, d_usage + p_usage, d_queue + p_queue, d_running + p_running,
                      (_sgl_when(block, start, stop, True), _sgl_when(block, start, stop, False)))
-            rank.throughput(list(map(float, map(_FIRST, tail))))
-            rank.context[0] += sum(map(int, map(_SECOND, decode)))
-            rank.context[1] += sum(map(int, map(_FIRST, decode)))
-            rank.prompt[0] += sum(map(int, map(_SECOND, prefill))) + sum(map(int, map(_THIRD, prefill)))
-            rank.prompt[1] += sum(map(int, map(_FIRST, prefill)))
+            rank.throughput(list(map(float, throughput)))
+            rank.context[0] += sum(map(int, d_tokens))
+            rank.context[1] += sum(map(int, d_running))
+            rank.prompt[0] += sum(map(int, p_new)) + sum(map(int, p_cached))
+            rank.prompt[1] += sum(map(int, p_seqs))
         return True
 
     def _sglang_rows(self, first: int, block: bytes) -> None:
@@ -348,22 +355,20 @@ class TrafficAggregator:
             self._vllm_rows(first, block)
 
     def _vllm_fast(self, first: int, block: bytes, lines: int, engine: bytes) -> bool:
+        """One engine's metrics lines, a stretch of the block at a time, by one pass of the whole
+        pattern; False unless every metrics line gave it."""
         runs = []
         for start, stop in _ranges(block, SERIES_PER_BLOCK):
-            count = block.count(b"Avg prompt throughput: ", start, stop)
-            counts = _V_COUNTS.findall(block, start, stop)
-            usage = _V_USAGE.findall(block, start, stop) or [b""] * count
-            if len(counts) != 2 * count or len(usage) != count:
-                return False
-            if count:
-                runs.append((start, stop, usage, counts[1::2], counts[0::2]))
-        if sum(len(r[2]) for r in runs) != lines:
+            rows = _VLLM.findall(block, start, stop)  # (prompt, generation, running, waiting, usage)
+            if rows:
+                runs.append((start, stop, _columns(rows, 5)))
+        if sum(len(r[2][0]) for r in runs) != lines:
             return False
         rank = self._rank("vllm", engine)
-        for start, stop, usage, waiting, running in runs:
+        for start, stop, (_prompt, generation, running, waiting, usage) in runs:
             rank.add(first, block, usage, waiting, running, (_vllm_when(block, start, stop, True),
                                                              _vllm_when(block, start, stop, False)))
-        rank.throughput([float(g) for g in _V_GEN.findall(block)])
+            rank.throughput(list(map(float, generation)))
         return True
 
     def _vllm_rows(self, first: int, block: bytes) -> None:

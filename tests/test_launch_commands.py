@@ -70,3 +70,39 @@ def test_api_server_module_with_short_options(tmp_path):
     report = corpus_report(log)
     assert report["config"]["tp_size"] == 2 and report["config"]["pp_size"] == 2
     assert report["config_sources"]["tp_size"] == "launch command -tp 2"
+
+
+def test_an_argv_list_printed_over_lines_joins_behind_its_ray_prefix():
+    tag = "(ServeReplica:default:VLLMDeployment pid=4711)"
+    assert joined(f"{tag} ['vllm',", f"{tag}  'serve',", f"{tag}  'm',", f"{tag}  '--max_num_seqs',", f"{tag}  '8']",
+                  f"{tag} INFO 03-02 10:00:04 [x.py:1] Using max model len 32768") == [
+        f"{tag} ['vllm', 'serve', 'm', '--max_num_seqs', '8']",
+        f"{tag} INFO 03-02 10:00:04 [x.py:1] Using max model len 32768"]
+
+
+def test_a_pprint_argv_without_prefix_joins_too_and_stops_at_its_close():
+    assert joined("['python3',", " '-m',", " 'vllm.entrypoints.openai.api_server',", " '--model',", " 'org/m']",
+                  " 'not part of it',") == [
+        "['python3', '-m', 'vllm.entrypoints.openai.api_server', '--model', 'org/m']"]
+
+
+def test_ray_argv_list_configures_the_request_limit():
+    """The Ray Serve replica printed its engine's argv one element a line: max_num_seqs 8 binds
+    the concurrency (the token limit alone would give 238 at 4096 tokens)."""
+    report = corpus_report(fixture("vllm_ray_argv_list.log"))
+    config, sources = report["config"], report["config_sources"]
+    assert config["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert config["max_running_requests"] == 8 and config["gpu_memory_utilization"] == 0.85
+    assert sources["max_running_requests"] == "launch command --max-num-seqs 8"
+    first = report["concurrency"][0]
+    assert (first["token_limit"], first["request_limit"], first["max_concurrent"]) == (238, 8, 8)
+
+
+def test_an_argv_list_without_options_is_no_command():
+    from capdiag.parsing.vllm import argv_launch, parse_vllm_line
+    assert argv_launch(["a", "b"]) is None
+    assert parse_vllm_line("Supported_tasks: ['generate', 'embed']") == []
+    cls, values = argv_launch(["python", "-m", "vllm.entrypoints.openai.api_server", "--model=org/m", "--tp", "2",
+                               "--enforce-eager", "--seed", "-1"])
+    assert values == {"program": "vllm.entrypoints.openai.api_server",
+                      "args": {"model": "org/m", "tp": "2", "enforce_eager": None, "seed": "-1"}}

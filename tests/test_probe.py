@@ -29,6 +29,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (the standard library's name)
         self.seen.append((self.path, self.headers.get("Authorization"), self.headers.get("X-Team")))
         name = self.routes.get(self.path)
+        if isinstance(name, list):  # answers in turn, the last one from then on
+            name = name.pop(0) if len(name) > 1 else name[0]
         if name is None:
             self.send_response(404)
             self.end_headers()
@@ -70,7 +72,7 @@ def _row(report, category):
 
 def test_sglang_new_endpoints(serve):
     url = serve({"/server_info": "sglang-v054.server_info.json", "/v1/loads": "sglang-v054.v1_loads.json"})
-    report = build(analyse_probe(url))
+    report = build(analyse_probe(url, interval=0))
     assert report["framework"] == "sglang" and report["source"]["ready"]
     assert report["config"]["mem_fraction_static"] == 0.838 and report["config"]["tp_size"] == 2
     weights, kv, graph = _row(report, "weights"), _row(report, "kv_cache"), _row(report, "cuda_graph")
@@ -92,7 +94,7 @@ def test_sglang_new_endpoints(serve):
 
 def test_sglang_old_endpoints_fall_back(serve):
     url = serve({"/get_server_info": "sglang-v043.get_server_info.json", "/get_load": "sglang-v043.get_load.json"})
-    report = build(analyse_probe(url))
+    report = build(analyse_probe(url, interval=0))
     assert serve.seen[0][0] == "/server_info" and serve.seen[1][0] == "/get_server_info"
     assert _row(report, "kv_cache")["gib"] == 53.12 and _row(report, "weights")["gib"] is None
     assert report["kv_pool"]["tokens"] == 435130
@@ -106,7 +108,7 @@ def test_sglang_old_endpoints_fall_back(serve):
 
 def test_sglang_graph_memory_per_kind(serve):
     url = serve({"/server_info": "sglang-v059.server_info.json"})
-    report = build(analyse_probe(url))
+    report = build(analyse_probe(url, interval=0))
     assert _row(report, "cuda_graph")["gib"] == 1.26  # 0.91 decode + 0.35 piecewise
     assert report["runtime"] is None  # no load endpoint answered
 
@@ -116,7 +118,7 @@ def test_sglang_graph_memory_per_kind(serve):
 def test_vllm_metrics_of_two_versions(serve, version, usage_name, preemptions):
     url = serve({"/metrics": f"vllm-v{version}.metrics.txt", "/v1/models": f"vllm-v{version}.models.json",
                  "/version": f"vllm-v{version}.version.json"})
-    report = build(analyse_probe(url))
+    report = build(analyse_probe(url, interval=0))
     assert report["framework"] == "vllm"
     blocks = {"0101": 28048, "0110": 2434}[version]
     assert report["kv_pool"]["tokens"] == (blocks * 16 if version == "0101" else 38944)
@@ -155,7 +157,7 @@ def test_header_and_token_from_the_environment(serve, monkeypatch):
     url = serve({"/server_info": "sglang-v059.server_info.json"})
     monkeypatch.setenv("SGL_TOKEN", "s3cret")
     result = CliRunner().invoke(main, ["probe", url, "--token-env", "SGL_TOKEN", "--header", "X-Team: infra",
-                                       "--format", "json"], standalone_mode=False, catch_exceptions=False)
+                                       "--format", "json", "--interval", "0"], standalone_mode=False, catch_exceptions=False)
     assert json.loads(result.output)["framework"] == "sglang"
     assert serve.seen[0] == ("/server_info", "Bearer s3cret", "infra")
 
@@ -175,7 +177,7 @@ def test_explain_accepts_a_url(serve):
 def test_one_line_errors(serve, routes, message):
     url = serve(routes)
     with pytest.raises(InputError, match=re.escape(message)):
-        analyse_probe(url)
+        analyse_probe(url, interval=0)
 
 
 class _Slow(_Handler):
@@ -202,3 +204,88 @@ def test_refused_and_timeout_are_one_line(serve):
         analyse_probe("ftp://example")
     with pytest.raises(InputError, match="SGL_NOT_SET"):
         analyse_probe("http://127.0.0.1:9", token_env="SGL_NOT_SET")
+
+
+DP2 = ["vllm-v1-dp2.metrics-1.txt", "vllm-v1-dp2.metrics-2.txt"]
+
+
+def test_two_scrapes_of_a_live_server_give_rates(serve):
+    """/metrics is read twice, --interval apart: the counters' increase over the measured time."""
+    url = serve({"/metrics": list(DP2), "/v1/models": "vllm-v1-dp2.models.json"})
+    started = time.monotonic()
+    report = build(analyse_probe(url, interval=0.3))
+    assert time.monotonic() - started < 5
+    assert [p for p, *_ in serve.seen].count("/metrics") == 2
+    rates = report["runtime"]["rates"]
+    assert rates["scrapes"] == 2 and 0.3 <= rates["seconds"] < 5
+    preempted = rates["counters"]["preemptions"]
+    assert (preempted["metric"], preempted["first"], preempted["last"], preempted["increase"]) == (
+        "vllm:num_preemptions_total", 10, 35, 25)
+    assert preempted["per_second"] == round(25 / rates["seconds"], 3)
+    # vllm:request_success_total is one counter per finished_reason: added
+    assert rates["counters"]["requests"]["increase"] == 65
+    # kv_cache_max_concurrency is the pool's requests at max_model_len: checked against the pool
+    check = report["kv_pool"]["concurrency_check"] if "concurrency_check" in report["kv_pool"] else None
+    text = json.dumps(report)
+    assert "kv_cache_max_concurrency=13.87 (at max_model_len 32768)" in text
+    assert check is None or check["agree"]
+    finding = next(f for f in report["findings"] if f["name"] == "kv-retractions")
+    assert "25 in the" in finding["message"] and "2 scrapes" not in finding["message"]
+
+
+def test_one_scrape_leaves_rates_unknown_with_the_reason(serve):
+    url = serve({"/metrics": list(DP2)})
+    rates = build(analyse_probe(url, interval=0))["runtime"]["rates"]
+    assert rates["scrapes"] == 1 and rates["seconds"] is None
+    assert rates["unknown_reason"] == "one scrape (--interval 0): a rate needs two"
+    assert all(c["per_second"] is None and c["increase"] is None for c in rates["counters"].values())
+
+
+def test_saved_scrapes_need_their_interval():
+    files = tuple(str(CASES / name) for name in DP2)
+    rates = build(analyse_probe(metrics_files=files))["runtime"]["rates"]
+    assert rates["seconds"] is None and "give --interval" in rates["unknown_reason"]
+    assert rates["counters"]["preemptions"]["increase"] == 25  # the increase is known, the rate is not
+    rates = build(analyse_probe(metrics_files=files, interval=10))["runtime"]["rates"]
+    assert rates["seconds"] == 10 and rates["counters"]["generation_tokens"]["per_second"] == 3000.0
+    # queries and hits as vLLM 0.9–0.10 export them under both names are counted once
+    assert rates["counters"]["prefix_cache_queries"]["increase"] == 90000 and rates["prefix_cache_hit_rate"] == 0.4444
+
+
+def test_a_counter_that_went_down_means_a_restart(tmp_path):
+    older, newer = (CASES / name for name in DP2)
+    files = (str(newer), str(older))  # the "later" scrape has the smaller counters
+    rates = build(analyse_probe(metrics_files=files, interval=10))["runtime"]["rates"]
+    assert rates["counters"]["preemptions"]["per_second"] is None
+    assert "restarted" in rates["counters"]["preemptions"]["unknown_reason"]
+
+
+def test_request_lengths_from_the_histograms():
+    files = tuple(str(CASES / name) for name in DP2)
+    report = build(analyse_probe(metrics_files=files, interval=10))
+    lengths = report["runtime"]["observed_lengths"]
+    prompt, generated = lengths["prompt_length"], lengths["generation_length"]
+    # both engines' histograms added: (1254000 + 572000) / (1045 + 520) tokens per prompt
+    assert (prompt["requests"], prompt["mean"]) == (1565, round(1826000 / 1565))
+    assert prompt["p50"] == {"above": 500, "at_most": 1000} and prompt["p90"] == {"above": 2000, "at_most": 5000}
+    assert generated["mean"] == round(615600 / 1565) and generated["longest_at_most"] == 2000
+    assert lengths["mean_request_tokens"] == prompt["mean"] + generated["mean"]
+    assert lengths["concurrency_at_mean_request"] == 454464 // lengths["mean_request_tokens"]
+    engine0 = report["runtime"]["ranks"][0]["observed_lengths"]["prompt_length"]
+    assert engine0["requests"] == 1045 and engine0["mean"] == 1200
+    text = " ".join(render(report, "text").split())
+    assert "the pool holds 291 such requests at once" in text and "p90 2000–5000" in text
+
+
+def test_sglang_counters_and_histograms_with_its_load(serve):
+    """SGLang with --enable-metrics: the load endpoint gives the state, /metrics the counters
+    (retractions) and the token histograms; one scheduler per DP rank is read even when every
+    TP rank exports."""
+    url = serve({"/server_info": "sglang-v054.server_info.json", "/v1/loads": "sglang-v054.v1_loads.json",
+                 "/metrics": ["sglang-v05x.metrics-1.txt", "sglang-v05x.metrics-2.txt"]})
+    report = build(analyse_probe(url, interval=0.2))
+    rt = report["runtime"]
+    assert rt["lines"] == 4  # two loads answers, two DP ranks
+    retracted = rt["rates"]["counters"]["retractions"]
+    assert (retracted["metric"], retracted["increase"]) == ("sglang:num_retracted_requests_total", 6)
+    assert rt["observed_lengths"]["prompt_length"]["metric"] == "sglang:prompt_tokens_histogram"

@@ -28,6 +28,11 @@ class ShortReads(io.RawIOBase):
         self.at += n
         return piece
 
+    def readinto(self, buffer):
+        piece = self.read(len(buffer))
+        buffer[:len(piece)] = piece
+        return len(piece)
+
 
 def reference(data: bytes) -> list[tuple[int, str]]:
     """Split on "\n" only; a line is kept up to MAX_LINE bytes; no line after a final "\n"."""
@@ -47,8 +52,14 @@ _LOG = st.tuples(st.lists(_LINE, max_size=30), st.booleans()).map(
 
 
 @settings(max_examples=400, deadline=None)
-@given(_LOG, st.sampled_from([1, 2, 3, 7, 16, 47, 48, 49, 100, 1 << 16]), st.booleans(), st.integers(0, 2 ** 16))
-def test_the_reader_splits_as_the_reference_whatever_the_buffer_and_reads(data, chunk, short, seed):
-    stream = ShortReads(data, seed) if short else io.BytesIO(data)
-    with mock.patch.object(source, "CHUNK", chunk), mock.patch.object(source, "MAX_LINE", MAX_LINE):
+@given(_LOG, st.sampled_from([1, 2, 3, 7, 16, 47, 48, 49, 100, 1 << 16]),
+       st.sampled_from(["bytes", "short", "buffered"]), st.booleans(), st.integers(0, 2 ** 16))
+def test_the_reader_splits_as_the_reference_whatever_the_buffer_and_reads(data, chunk, kind, numpy, seed):
+    # "bytes" and "buffered" are read straight into the reader's buffer (readinto), the
+    # buffered one over a raw stream of short reads; "short" through read()
+    stream = {"bytes": lambda: io.BytesIO(data), "short": lambda: ShortReads(data, seed),
+              "buffered": lambda: io.BufferedReader(ShortReads(data, seed), buffer_size=8)}[kind]()
+    # numpy (the fast extra) counts the newlines from the first byte on, when it is installed
+    with mock.patch.object(source, "CHUNK", chunk), mock.patch.object(source, "MAX_LINE", MAX_LINE), \
+            mock.patch.object(source, "NUMPY_FROM", 0 if numpy else source.NUMPY_FROM):
         assert list(physical_lines(stream)) == reference(data)

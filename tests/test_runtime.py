@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
 from pathlib import Path
 
 import attrs
@@ -215,3 +216,29 @@ def test_every_case_renders_in_every_format(log):
     report = build(analyse(str(log)))
     for fmt in ("text", "markdown", "html"):
         assert "traffic lines" in render(report, fmt)
+
+
+_RETRACTING = (CASES.parent / "rule_cases" / "kv-retractions" / "fires.log").read_text()
+
+
+@settings(max_examples=30, deadline=None)
+@given(fraction=st.integers(50, 99), before=st.integers(2000, 9000), free=st.integers(0, 3000),
+       gained=st.integers(0, 400000))
+def test_retraction_advice_stays_inside_0_1(fraction, before, free, gained):
+    """Whatever the start-up's figures, a suggested mem_fraction_static lies between the one in
+    use and 1, and asks for no more than the start-up left free."""
+    log = (_RETRACTING.replace("mem_fraction_static=0.86", f"mem_fraction_static=0.{fraction}")
+           .replace("avail mem=78.50 GB", f"avail mem={before / 100:.2f} GB")
+           .replace("available_gpu_mem=12.40 GB", f"available_gpu_mem={free / 100:.2f} GB")
+           .replace("#new_tokens_gained: 646", f"#new_tokens_gained: {gained}"))
+    with tempfile.TemporaryDirectory() as where:
+        path = Path(where) / "retract.log"
+        path.write_text(log)
+        report = build(analyse(str(path)))
+    found = next(f for f in report["findings"] if f["name"] == "kv-retractions")
+    if "→" in found["message"]:
+        now, suggested = (float(x) for x in found["message"].split("mem_fraction_static ")[1].split(" would")[0].split(" → "))
+        assert now == fraction / 100 and now < suggested < 1
+        assert found["detail"]["tokens_missing"] == gained > 0
+        short = gained * report["kv_pool"]["bytes_per_token"] / (1 << 30)
+        assert short < free / 100

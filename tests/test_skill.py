@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from capdiag.launcher import run
 
 ROOT = Path(__file__).resolve().parents[1]
 SKILL = ROOT / "skills" / "capdiag" / "SKILL.md"
@@ -72,24 +75,68 @@ def test_the_skill_shows_the_commands_it_should():
         assert command in shown
 
 
-@pytest.mark.skipif(not (BIN / "capdiag").exists(), reason="console script not installed next to python")
-@pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_runs(command, workdir):
-    pytest.importorskip("huggingface_hub")
+def _hub(command: str) -> bool:
+    """Whether the command reads the Hugging Face cache (huggingface_hub fixes its paths from the
+    environment when it is imported, so only a process of its own can be pointed at the test's)."""
+    return "--model " in command
+
+
+def _in_process(command: str, workdir: Path, monkeypatch) -> tuple[int, str, str]:
+    """The command as the shell would run it (`cat FILE | capdiag …` feeds FILE on stdin), through
+    the CLI's own entry point in this process: exit code, stdout, stderr."""
+    words = shlex.split(command)
+    stdin = b""
+    if "|" in words:
+        cut = words.index("|")
+        assert words[0] == "cat" and cut == 2, command
+        stdin, words = (workdir / words[1]).read_bytes(), words[cut + 1:]
+    assert words[0] == "capdiag", command
+    monkeypatch.chdir(workdir)
+    monkeypatch.setattr(sys, "argv", words)
+    with CliRunner().isolation(input=stdin, env={"COLUMNS": "100"}) as streams:
+        try:
+            run()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        return code, streams[0].getvalue().decode(), streams[1].getvalue().decode()
+
+
+def _subprocess(command: str, workdir: Path) -> tuple[int, str, str]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
            "HF_HUB_CACHE": str(workdir / "hf"), "HF_HOME": str(workdir / "hf-home"), "COLUMNS": "100"}
     proc = subprocess.run(["bash", "-c", command], cwd=workdir, capture_output=True, text=True, timeout=120, env=env)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_runs(command, workdir, monkeypatch):
+    if _hub(command):
+        pytest.importorskip("huggingface_hub")
+        if not (BIN / "capdiag").exists():
+            pytest.skip("console script not installed next to python")
+        code, stdout, stderr = _subprocess(command, workdir)
+    else:
+        code, stdout, stderr = _in_process(command, workdir, monkeypatch)
     allowed = (0, 1) if shlex.split(command)[:2] == ["capdiag", "gate"] else (0,)
-    assert proc.returncode in allowed, f"{command}: {proc.stderr}"
-    assert "Traceback" not in proc.stderr
-    output = (workdir / "fleet.csv").read_text() if "--output fleet.csv" in command else proc.stdout
+    assert code in allowed, f"{command}: {stderr}"
+    assert "Traceback" not in stderr
+    output = (workdir / "fleet.csv").read_text() if "--output fleet.csv" in command else stdout
     assert output.strip()
     if re.search(r"--format json(\s|$)", command):
         json.loads(output)
     if "--format jsonl" in command:
         assert [json.loads(line)["schema"] for line in output.splitlines()] == ["capdiag.report/1"] * 3
     if "--trace" in command:
-        assert proc.stderr.startswith("#")
+        assert stderr.startswith("#")
+
+
+@pytest.mark.skipif(not (BIN / "capdiag").exists(), reason="console script not installed next to python")
+def test_a_command_runs_from_the_shell_as_written(workdir):
+    """The installed console script, from a shell, in the folder: what the in-process runs stand for."""
+    code, stdout, stderr = _subprocess(COMMANDS[4], workdir)  # `cat sglang.log | capdiag explain --format json`
+    assert code == 0 and not stderr, stderr
+    assert json.loads(stdout)["schema"] == "capdiag.report/1"
 
 
 def test_host_commands_are_the_ones_capdiag_reads():

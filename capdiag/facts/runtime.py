@@ -36,6 +36,7 @@ class TrafficSummary(Fact):
     context_requests: int = 0  # Σ #running-req over the same lines
     prompt_tokens: int = 0  # Σ (#new-token + #cached-token) over prefill lines (SGLang)
     prompt_requests: int = 0  # Σ #new-seq over the same lines
+    prefill_max_new_tokens: Optional[int] = None  # the largest #new-token of one prefill line
     retractions: int = 0  # requests retracted (SGLang) — Σ #retracted_reqs
     retraction_events: int = 0
     retraction_tokens_max: Optional[int] = None  # largest #new_tokens_gained of one retraction
@@ -53,3 +54,36 @@ class TrafficMark(Fact):
     value: Any = None
     summary_line: int = 0  # the evidence line of the TrafficSummary it belongs to
 
+
+
+@attrs.frozen(kw_only=True)
+class CounterReadings(Fact):
+    """A running server's cumulative counters (preemptions, retractions, prompt and generation
+    tokens, finished requests, prefix-cache queries and hits) as the scrapes of its `/metrics`
+    read them, per rank. Evidence: the endpoint and the names read.
+
+    `readings` holds (counter, metric name, first value, last value); `seconds` the time between
+    the first and the last scrape — None when it is not known (one scrape, or saved scrapes that
+    carry no time), and then `unknown_reason` says why there are no rates.
+    """
+
+    framework: str
+    scrapes: int
+    seconds: Optional[float]
+    readings: tuple[tuple[str, str, float, float], ...]
+    unknown_reason: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class LengthHistogram(Fact):
+    """A histogram of request lengths in tokens as the last scrape holds it (`vllm:request_prompt_tokens`,
+    `vllm:request_generation_tokens`, SGLang's equivalents): one observation per finished request
+    since the server started. `buckets` are (upper bound, cumulative count), ascending, the
+    last one +inf; `total` is the histogram's `_sum`."""
+
+    framework: str
+    kind: str  # "prompt" | "generation"
+    metric: str
+    buckets: tuple[tuple[float, float], ...]
+    count: float
+    total: float

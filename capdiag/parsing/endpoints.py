@@ -70,36 +70,49 @@ def sglang_server_info(info: dict, endpoint: str) -> list[F.Fact]:
     return facts
 
 
-def sglang_loads(loads: Any, endpoint: str, capacity: Optional[int]) -> list[F.Fact]:
+def sglang_loads(answers: list[Any], endpoint: str, capacity: Optional[int]) -> list[F.Fact]:
     """`/v1/loads` (`{"loads": [{dp_rank, num_running_reqs, num_waiting_reqs, token_usage,
     gen_throughput, …}]}`) or the older `/get_load` (a list of `{dp_rank, num_reqs,
     num_waiting_reqs, num_tokens}`, where `num_reqs` counts running and waiting requests and the
-    usage is `num_tokens` over the token capacity): one sample per DP rank."""
-    rows = loads.get("loads") if isinstance(loads, dict) else loads
+    usage is `num_tokens` over the token capacity), one answer per time it was read: per DP rank
+    one sample per answer."""
+    per_rank: dict[int, list] = defaultdict(list)
+    several = False
+    for loads in answers:
+        rows = loads.get("loads") if isinstance(loads, dict) else loads
+        rows = [r for r in rows or () if isinstance(r, dict)]
+        several = several or len(rows) > 1
+        for i, row in enumerate(rows):
+            waiting = int(row.get("num_waiting_reqs") or 0)
+            if "num_running_reqs" in row:
+                running, usage = int(row["num_running_reqs"]), _num(row.get("token_usage"))
+            else:
+                running = int(row.get("num_reqs") or 0) - waiting
+                tokens = row.get("num_tokens")
+                usage = round(tokens / capacity, 4) if isinstance(tokens, int) and capacity else None
+            name = "loads" if isinstance(loads, dict) else ""
+            text = (f"{name}[{i}]: running {running}, waiting {waiting}, token usage {usage}, "
+                    f"gen throughput {row.get('gen_throughput')}")
+            per_rank[int(row.get("dp_rank", i))].append((usage, waiting, running, _num(row.get("gen_throughput")), text))
     out: list[F.Fact] = []
-    for i, row in enumerate(r for r in rows or () if isinstance(r, dict)):
-        waiting = int(row.get("num_waiting_reqs") or 0)
-        if "num_running_reqs" in row:
-            running, usage = int(row["num_running_reqs"]), _num(row.get("token_usage"))
-        else:
-            running = int(row.get("num_reqs") or 0) - waiting
-            tokens = row.get("num_tokens")
-            usage = round(tokens / capacity, 4) if isinstance(tokens, int) and capacity else None
-        several = len(rows) > 1
-        rank = F.Rank(dp=int(row.get("dp_rank", i))) if several else F.NO_RANK
-        name = "loads" if isinstance(loads, dict) else ""
-        text = (f"{name}[{i}]: running {running}, waiting {waiting}, token usage {usage}, "
-                f"gen throughput {row.get('gen_throughput')}")
-        out.append(_snapshot("sglang", rank, endpoint, text, [(usage, waiting, running)],
-                             throughput=_num(row.get("gen_throughput"))))
+    for dp, states in sorted(per_rank.items()):
+        rank = F.Rank(dp=dp) if several else F.NO_RANK
+        speeds = [g for *_, g, _ in states if g is not None]
+        text = states[-1][-1] + (f" ({len(states)} readings)" if len(states) > 1 else "")
+        out.append(_snapshot("sglang", rank, endpoint, text, [s[:3] for s in states],
+                             throughput=(min(speeds), max(speeds)) if speeds else (None, None)))
     return out
 
 
-def vllm_metrics(scrapes: list[list[Sample]], endpoint: str) -> list[F.Fact]:
+def vllm_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optional[float] = None,
+                 no_rates: Optional[str] = None, max_model_len: Optional[int] = None) -> list[F.Fact]:
     """One or more scrapes of vLLM's `/metrics` (oldest first): `cache_config_info`'s labels
     (`num_gpu_blocks`, `block_size`, `gpu_memory_utilization`, `cache_dtype`, newer
-    `kv_cache_size_tokens`) from the last, and per engine (DP rank) each scrape's KV usage,
-    running and waiting requests and the preemption count."""
+    `kv_cache_size_tokens` and `kv_cache_max_concurrency` — the requests of `max_model_len`
+    tokens the pool holds, a figure only with that length) from the last, and per engine (DP
+    rank) each scrape's KV usage, running and waiting requests, the counters' first and last
+    readings (`seconds` apart; `no_rates` says why when that is not known) and the request
+    length histograms."""
     last = scrapes[-1]
     facts: list[F.Fact] = []
     info = next((s for s in last if s.name == "cache_config_info"), None)
@@ -117,11 +130,12 @@ def vllm_metrics(scrapes: list[list[Sample]], endpoint: str) -> list[F.Fact]:
         if tokens:
             facts.append(F.VllmKVCacheSize(evidence=_ev(endpoint, f"{info.read_as} kv_cache_size_tokens={tokens}"),
                                            tokens=tokens, device="GPU"))
-    engines: dict[str, list] = defaultdict(lambda: [[] for _ in scrapes])
-    for n, scrape in enumerate(scrapes):
-        for s in scrape:
-            if s.name in ("kv_cache_usage", "running", "waiting", "preemptions"):
-                engines[s.labels.get("engine", "")][n].append(s)
+        times = _float(info.labels.get("kv_cache_max_concurrency"))
+        if times is not None and max_model_len:
+            facts.append(F.VllmMaxConcurrency(
+                evidence=_ev(endpoint, f"{info.read_as} kv_cache_max_concurrency={times:g} "
+                                       f"(at max_model_len {max_model_len})"), tokens=max_model_len, x=times))
+    engines = _by_label(scrapes, "engine")
     several = len(engines) > 1
     for engine, per_scrape in sorted(engines.items()):
         rank = F.Rank(dp=int(engine)) if several and engine.isdigit() else F.NO_RANK
@@ -133,12 +147,14 @@ def vllm_metrics(scrapes: list[list[Sample]], endpoint: str) -> list[F.Fact]:
             usage = got.get("kv_cache_usage")
             states.append((usage.value if usage else None, int(got["waiting"].value) if "waiting" in got else 0,
                            int(got["running"].value)))
-            read = [f"{s.read_as}={s.value:g}" for s in samples]
+            read = [f"{s.read_as}={s.value:g}" for s in samples if s.name in _STATE]
             if "preemptions" in got:
                 preempted = int(got["preemptions"].value)
         if states:
             text = f"engine {engine or '0'}: " + ", ".join(read) + (f" ({len(states)} scrapes)" if len(states) > 1 else "")
             facts.append(_snapshot("vllm", rank, endpoint, text, states, preemptions=preempted))
+        facts += _counters("vllm", rank, endpoint, per_scrape, seconds, no_rates)
+        facts += _histograms("vllm", rank, endpoint, per_scrape[-1])
     facts.append(F.VllmEngineReady(evidence=_ev(endpoint, "the server answers")))
     return facts
 
@@ -164,13 +180,13 @@ def vllm_version(answer: Any, endpoint: str) -> list[F.Fact]:
         version, str) else []
 
 
-def sglang_metrics(scrapes: list[list[Sample]], endpoint: str) -> list[F.Fact]:
+def sglang_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optional[float] = None,
+                   no_rates: Optional[str] = None, state: bool = True) -> list[F.Fact]:
     """SGLang's `/metrics` (`sglang:token_usage`, `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
-    `sglang:max_total_num_tokens`): one sample per scrape and DP rank."""
-    ranks: dict[str, list] = defaultdict(lambda: [[] for _ in scrapes])
-    for n, scrape in enumerate(scrapes):
-        for s in scrape:
-            ranks[s.labels.get("dp_rank", "")][n].append(s)
+    `sglang:max_total_num_tokens`; before v0.4 `sglang:num_requests_running`, `…_waiting`):
+    per scrape and DP rank the server's state (unless `state` is False: the load endpoint gave
+    it), the counters' first and last readings, and the request length histograms."""
+    ranks = _by_label(scrapes, "dp_rank")
     several = len(ranks) > 1
     out: list[F.Fact] = []
     for dp, per_scrape in sorted(ranks.items()):
@@ -181,20 +197,93 @@ def sglang_metrics(scrapes: list[list[Sample]], endpoint: str) -> list[F.Fact]:
             if "running" in got:
                 states.append((got["kv_cache_usage"].value if "kv_cache_usage" in got else None,
                                int(got["waiting"].value) if "waiting" in got else 0, int(got["running"].value)))
-                read = [f"{s.read_as}={s.value:g}" for s in samples]
+                read = [f"{s.read_as}={s.value:g}" for s in samples if s.name in _STATE]
         capacity = next((s for s in per_scrape[-1] if s.name == "max_total_num_tokens"), None)
-        if capacity is not None:
+        if capacity is not None and state:
             limit = next((s for s in per_scrape[-1] if s.name == "max_running_requests"), None)
             out.append(F.TokenBudget(evidence=_ev(endpoint, f"{capacity.read_as} = {capacity.value:g}"), rank=rank,
                                      max_total_num_tokens=int(capacity.value),
                                      max_running_requests=int(limit.value) if limit else None))
-        if states:
+        if states and state:
             out.append(_snapshot("sglang", rank, endpoint, f"dp_rank {dp or '0'}: " + ", ".join(read), states))
+        out += _counters("sglang", rank, endpoint, per_scrape, seconds, no_rates)
+        out += _histograms("sglang", rank, endpoint, per_scrape[-1])
+    return out
+
+
+_STATE = {"kv_cache_usage", "running", "waiting", "preemptions", "max_total_num_tokens"}
+_COUNTED = ("preemptions", "retractions", "prompt_tokens", "generation_tokens", "requests", "prefix_cache_queries",
+            "prefix_cache_hits")
+
+
+def _by_label(scrapes: list[list[Sample]], label: str) -> dict[str, list[list[Sample]]]:
+    """Each scrape's samples by the value of `label` (vLLM's `engine`, SGLang's `dp_rank`).
+
+    SGLang can export every scheduler's figures (`--enable-metrics-for-all-schedulers`), one
+    per `tp_rank`/`pp_rank` of a DP rank: they describe one pool, so only the lowest is kept
+    (adding them would count each retraction once per GPU)."""
+    groups: dict[str, list] = defaultdict(lambda: [[] for _ in scrapes])
+    for n, scrape in enumerate(scrapes):
+        lowest: dict[tuple, tuple] = {}
+        for s in scrape:
+            key = (s.labels.get(label, ""), s.name)
+            lowest[key] = min(lowest.get(key, _scheduler(s)), _scheduler(s))
+        for s in scrape:
+            if _scheduler(s) == lowest[(s.labels.get(label, ""), s.name)]:
+                groups[s.labels.get(label, "")][n].append(s)
+    return groups
+
+
+def _scheduler(s: Sample) -> tuple:
+    return tuple(int(v) if str(v).isdigit() else -1 for v in (s.labels.get(k, "") for k in ("pp_rank", "tp_rank")))
+
+
+def _counters(framework: str, rank: F.Rank, endpoint: str, per_scrape: list[list[Sample]],
+              seconds: Optional[float], no_rates: Optional[str]) -> list[F.Fact]:
+    """The counters' first and last readings (a counter split by another label, vLLM's
+    `finished_reason`, summed)."""
+    def totals(samples):
+        sums: dict[str, list] = {}
+        for s in samples:
+            if s.name in _COUNTED:
+                entry = sums.setdefault(s.name, [s.read_as, 0.0])
+                entry[1] += s.value
+        return sums
+
+    first, last = totals(per_scrape[0]), totals(per_scrape[-1])
+    readings = tuple((name, last[name][0], first[name][1] if name in first else last[name][1], last[name][1])
+                     for name in _COUNTED if name in last)
+    if not readings:
+        return []
+    many = len(per_scrape) > 1
+    why = no_rates if many else (no_rates or "one scrape of /metrics: a rate needs two")
+    text = ", ".join(f"{metric}={a:g}" + (f" → {b:g}" if many else "") for _, metric, a, b in readings)
+    return [F.CounterReadings(evidence=_ev(endpoint, text + (f" ({seconds:g} s apart)" if many and seconds else "")),
+                              rank=rank, role=F.RUNTIME_ROLE, framework=framework, scrapes=len(per_scrape),
+                              seconds=seconds if many and not why else None, readings=readings,
+                              unknown_reason=why)]
+
+
+def _histograms(framework: str, rank: F.Rank, endpoint: str, samples: list[Sample]) -> list[F.Fact]:
+    out: list[F.Fact] = []
+    for kind in ("prompt", "generation"):
+        name = f"{kind}_length"
+        buckets = sorted((_float(s.labels.get("le")), s.value) for s in samples
+                         if s.name == name + "_bucket" and _float(s.labels.get("le")) is not None)
+        count = next((s for s in samples if s.name == name + "_count"), None)
+        total = next((s for s in samples if s.name == name + "_sum"), None)
+        if not buckets or count is None or total is None:
+            continue
+        metric = count.read_as[:-len("_count")]
+        out.append(F.LengthHistogram(
+            evidence=_ev(endpoint, f"{metric}: {count.value:g} requests, {total.value:g} tokens in all"),
+            rank=rank, role=F.RUNTIME_ROLE, framework=framework, kind=kind, metric=metric,
+            buckets=tuple(buckets), count=count.value, total=total.value))
     return out
 
 
 def _snapshot(framework: str, rank: F.Rank, endpoint: str, text: str, states: list[tuple],
-              throughput: Optional[float] = None, preemptions: Optional[int] = None) -> F.TrafficSummary:
+              throughput: tuple = (None, None), preemptions: Optional[int] = None) -> F.TrafficSummary:
     """Samples of a server's state (one per scrape) as a traffic summary: (usage, waiting, running)."""
     counts: dict[tuple, int] = defaultdict(int)
     for usage, waiting, running in states:
@@ -205,7 +294,7 @@ def _snapshot(framework: str, rank: F.Rank, endpoint: str, text: str, states: li
         first_time=labels[0], last_time=labels[-1],
         samples=tuple(sorted(((u, q, r, n) for (u, q, r), n in counts.items()),
                              key=lambda s: (-1.0 if s[0] is None else s[0],) + s[1:])),
-        peak_queue=max(w for _, w, _ in states), throughput=(throughput, throughput), preemptions=preemptions,
+        peak_queue=max(w for _, w, _ in states), throughput=throughput, preemptions=preemptions,
         series=tuple((label, -1.0 if u is None else u, r, w) for label, (u, w, r) in zip(labels, states)))
 
 

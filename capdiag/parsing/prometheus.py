@@ -16,21 +16,49 @@ from prometheus_client.parser import text_string_to_metric_families
 from capdiag.errors import InputError
 
 PREFIXES = ("ray_vllm:", "ray_vllm_", "vllm:", "vllm_", "sglang:", "sglang_")
-# canonical name <- the names it has had, newest first
-ALIASES = {
-    "kv_cache_usage": ("kv_cache_usage_perc", "gpu_cache_usage_perc", "token_usage"),  # fractions 0–1
+# canonical name <- the names it has had, newest first. A scrape may export an old name beside
+# its successor (vLLM 0.9–0.10 keep `gpu_cache_usage_perc` and `gpu_prefix_cache_*`): its
+# samples are read under the newest name it holds, so nothing is counted twice.
+GAUGES = {
+    # fractions 0–1: vLLM's gauge says "1 means 100 percent", SGLang's token_usage is used / capacity
+    "kv_cache_usage": ("kv_cache_usage_perc", "gpu_cache_usage_perc", "token_usage"),
+    # SGLang before v0.4 exported vLLM's names (`num_requests_running`) and `queue_req`
     "running": ("num_requests_running", "num_running_reqs"),
-    "waiting": ("num_requests_waiting", "num_queue_reqs"),
+    "waiting": ("num_requests_waiting", "num_queue_reqs", "queue_req"),
     "swapped": ("num_requests_swapped",),
-    "preemptions": ("num_preemptions_total", "num_preemption_total"),
-    "generation_tokens": ("generation_tokens_total",),
-    "prompt_tokens": ("prompt_tokens_total",),
     "cache_config_info": ("cache_config_info",),
     "max_total_num_tokens": ("max_total_num_tokens",),
     "max_running_requests": ("max_running_requests",),
+    "context_len": ("context_len",),
     "gen_throughput": ("gen_throughput",),
 }
-_CANONICAL = {old: new for new, olds in ALIASES.items() for old in olds}
+# Cumulative counters (prometheus-client exports a counter `x` as `x_total`); their increase
+# between two scrapes is a rate.
+COUNTERS = {
+    "preemptions": ("num_preemptions_total", "num_preemption_total"),  # vLLM V1 / V0
+    "retractions": ("num_retracted_requests_total",),  # SGLang since its retraction counters
+    "prompt_tokens": ("prompt_tokens_total",),
+    "generation_tokens": ("generation_tokens_total",),
+    # vLLM counts finished requests per `finished_reason` (summed); SGLang all requests
+    "requests": ("request_success_total", "num_requests_total"),
+    "prefix_cache_queries": ("prefix_cache_queries_total", "gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("prefix_cache_hits_total", "gpu_prefix_cache_hits_total"),
+}
+# Histograms of request lengths in tokens, one observation per finished request: vLLM (and
+# SGLang before v0.4) `request_prompt_tokens` / `request_generation_tokens`; newer SGLang
+# `prompt_tokens_histogram` / `generation_tokens_histogram` (with --collect-tokens-histogram).
+HISTOGRAMS = {
+    "prompt_length": ("request_prompt_tokens", "prompt_tokens_histogram"),
+    "generation_length": ("request_generation_tokens", "generation_tokens_histogram"),
+}
+HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+
+_CANONICAL: dict[str, tuple[str, int]] = {}  # exported name -> (canonical, rank among its names)
+for _table in (GAUGES, COUNTERS):
+    for _new, _olds in _table.items():
+        _CANONICAL.update({old: (_new, rank) for rank, old in enumerate(_olds)})
+for _new, _olds in HISTOGRAMS.items():
+    _CANONICAL.update({old + part: (_new + part, rank) for rank, old in enumerate(_olds) for part in HISTOGRAM_PARTS})
 
 
 @attrs.frozen
@@ -40,6 +68,7 @@ class Sample:
     labels: dict
     value: float
     framework: str  # "vllm" | "sglang"
+    timestamp: Optional[float] = None  # seconds, when the scrape states one
 
 
 def framework_of_name(name: str) -> Optional[str]:
@@ -55,7 +84,7 @@ def read_metrics(text: str, source: str) -> list[Sample]:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError) as exc:
         raise InputError(f"{source}: not the Prometheus text format ({str(exc).splitlines()[0][:100]})") from None
-    out = []
+    found: list[tuple[int, Sample]] = []
     for family in families:
         for s in family.samples:
             framework = framework_of_name(s.name)
@@ -66,7 +95,11 @@ def read_metrics(text: str, source: str) -> list[Sample]:
                 if bare.startswith(prefix):
                     bare = bare[len(prefix):]
                     break
-            canonical = _CANONICAL.get(bare)
-            if canonical is not None:
-                out.append(Sample(canonical, s.name, dict(s.labels), float(s.value), framework))
-    return out
+            known = _CANONICAL.get(bare)
+            if known is not None:
+                found.append((known[1], Sample(known[0], s.name, dict(s.labels), float(s.value), framework,
+                                               s.timestamp)))
+    newest: dict[str, int] = {}
+    for rank, s in found:
+        newest[s.name] = min(rank, newest.get(s.name, rank))
+    return [s for rank, s in found if rank == newest[s.name]]

@@ -7,10 +7,11 @@ from typing import Any, Optional
 
 import attrs
 from lark import Lark, Token, Transformer
+from lark.exceptions import LarkError
 
 from capdiag import facts as F
-from capdiag.parsing.literal import parse_call_or_dict
-from capdiag.parsing.prose import name_numbers, read_oom_message, split_quantity
+from capdiag.parsing.literal import parse_call_or_dict, parse_literal
+from capdiag.parsing.prose import convert, name_numbers, read_oom_message, split_quantity
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.lalr import lalr_parser
 from capdiag.source import open_brackets
@@ -279,6 +280,65 @@ class _Lines(Transformer):
                                    {"requested_gib": "GiB", "non_kv_gib": "GiB"}))
         return (F.VllmCpuKVSpace, values)
 
+    # ---- other backends: each names its figures in its own words, mapped onto the profiling record
+    _XPU_BEFORE = (("total gpu memory:", "total_gpu_memory_gib"), ("model load takes", "weights_gib"),
+                   ("peak memory usage is", "peak_gib"), ("non-torch mem is", "non_torch_gib"),
+                   ("torch mem is", "torch_gib"), ("free gpu memory is", "free_gib"))
+
+    def xpu_profile(self, items):
+        """`Before memory profiling run, total GPU memory: T MB, model load takes W MB, free gpu
+        memory is F MB.` and `After memory profiling run, peak memory usage is P MB,torch mem is
+        … MB, non-torch mem is N MB, …` (XPU, 0.9-0.11; MB are bytes / 2^20: MiB)."""
+        after = str(items[0]).startswith("After")
+        values = name_numbers(items[-1], "PNUM", self._XPU_BEFORE, (), {k: "GiB" for _, k in self._XPU_BEFORE})
+        values = {(f"{k[:-4]}_after_profile_gib" if k == "free_gib" and after else k): v for k, v in values.items()}
+        return (F.VllmMemoryProfile, {"values": values, "form": "xpu"}) if values else None
+
+    def hpu_took(self, items):
+        """HPU's memory-profiler summary: `Loading model weights took in total X GiB of device
+        memory (U GiB/T GiB used) and … of host memory (…)` and the same for the profiling run and
+        the cache engine; T is the device's total (binary units, 4 significant digits)."""
+        tokens = items[-1]
+        values = name_numbers(tokens, "PNUM", (), (("of device memory", "device_gib"), ("used", "total_gpu_memory_gib")),
+                              {"device_gib": "GiB", "total_gpu_memory_gib": "GiB"})
+        out = []
+        if str(items[0]).startswith("Loading model weights") and "device_gib" in values:
+            out.append((F.VllmModelLoading, {"gib": values["device_gib"], "unit": "GiB"}))
+        if "total_gpu_memory_gib" in values:
+            out.append((F.VllmMemoryProfile, {"values": {"total_gpu_memory_gib": values["total_gpu_memory_gib"]},
+                                              "form": "hpu"}))
+        return out or None
+
+    _HPU_AFTER = (("usable", "usable_gib"), ("reserved for hpugraphs", "graph_reserved_gib"),
+                  ("reserved for kv cache dummy", "kv_dummy_block_gib"), ("reserved for usable kv cache", "kv_cache_gib"),
+                  ("reserved for kv cache", "kv_cache_gib"))
+
+    def hpu_free(self, items):
+        """`Free device memory: F GiB, U GiB usable (gpu_memory_utilization=u), G GiB reserved for
+        HPUGraphs (VLLM_GRAPH_RESERVED_MEM=g), K GiB reserved for KV cache` (later: `… reserved for
+        KV cache dummy block K GiB reserved for usable KV cache`). HPU applies the utilization to
+        the memory free after profiling, not to the total: U = F × u."""
+        tokens = items[-1]
+        units = {k: "GiB" for _, k in self._HPU_AFTER}
+        values = name_numbers(tokens, "PNUM", (("gpu_memory_utilization", "gpu_memory_utilization"),),
+                              self._HPU_AFTER, {**units, "gpu_memory_utilization": ""})
+        numbers = [t for t in tokens if t.type == "PNUM"]
+        if numbers:
+            number, unit = split_quantity(str(numbers[0]))
+            values["free_after_profile_gib"] = convert(number, unit, "GiB")
+        values.pop("kv_dummy_block_gib", None)
+        return (F.VllmMemoryProfile, {"values": values, "form": "hpu"}) if len(values) > 1 else None
+
+    _TPU_BEFORE = (("total_hbm_limit_cap_gb", "usable_gib"), ("total_hbm_limit_gb", "total_gpu_memory_gib"),
+                   ("total_hbm_used_gb", "used_gib"), ("total_hbm_avail_gb", "kv_cache_gib"))
+
+    def tpu_memory(self, items):
+        """`Memory statistics | total_hbm_limit_gb=L GiB | total_hbm_limit_cap_gb=C GiB |
+        total_hbm_used_gb=U GiB | total_hbm_avail_gb=A GiB` (tpu-inference: bytes / 2^30, summed
+        over the worker's chips; C = L × utilization, A = C − U is what the KV cache gets)."""
+        values = name_numbers(items[-1], "PNUM", self._TPU_BEFORE, (), {k: "GiB" for _, k in self._TPU_BEFORE})
+        return (F.VllmMemoryProfile, {"values": values, "form": "tpu"}) if values else None
+
     def model_name(self, items):
         return (F.VllmModelName, {"name": str(items[1]), "source": f"`{items[0]}` line"})
 
@@ -289,6 +349,18 @@ class _Lines(Transformer):
             args["model"] = words[0]  # `vllm serve MODEL`
         return (F.LaunchCommand, {"program": str(items[0]).split()[-1], "args": args})
 
+    def argv_command(self, items):
+        """`['vllm', 'serve', MODEL, '--max_num_seqs', '8', …]`: the list read as a Python
+        literal (never evaluated), then as a command line; a list with no option is no command."""
+        text = str(items[0])
+        try:
+            argv = parse_literal(text[text.index("["):])
+        except (LarkError, ValueError):
+            return None
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            return None
+        return argv_launch(argv)
+
     def start(self, items):
         body = items[-1]
         if body is None:
@@ -296,6 +368,33 @@ class _Lines(Transformer):
         rank = items[0] if len(items) > 1 and isinstance(items[0], F.Rank) else F.NO_RANK
         bodies = body if isinstance(body, list) else [body]
         return [Parsed(rank, cls, values) for cls, values in bodies]
+
+
+def argv_launch(argv: list[str]):
+    """A launch command's facts from its argument vector: the program (`vllm serve`, the module
+    after `-m`, else the first element), the model a `serve` names, and each `--opt value` /
+    `--opt=value`; None when it holds no option."""
+    if not any(a.startswith("--") for a in argv):
+        return None
+    program, args, rest = argv[0] if argv and not argv[0].startswith("-") else "argv", {}, list(argv)
+    if "-m" in rest[:-1]:
+        program = rest[rest.index("-m") + 1]
+    elif "serve" in rest:
+        at = rest.index("serve")
+        program = " ".join(rest[max(0, at - 1):at + 1])
+        if at + 1 < len(rest) and not rest[at + 1].startswith("-"):
+            args["model"] = rest[at + 1]
+    for at, word in enumerate(rest):
+        if word.startswith("--") and len(word) > 2:
+            following = rest[at + 1] if at + 1 < len(rest) else None
+            value = following if following is not None and (not following.startswith("-") or _NUMBER.match(following)) \
+                else None
+            name, _, inline = word[2:].partition("=")
+            args[name.replace("-", "_")] = inline or value
+    return (F.LaunchCommand, {"program": program, "args": args})
+
+
+_NUMBER = re.compile(r"-\d")
 
 
 @lru_cache(maxsize=1)

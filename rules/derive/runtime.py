@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from capdiag import facts as F
 from capdiag.engine import Derived, rule
@@ -29,8 +29,11 @@ def _share(part: int, whole: int) -> Optional[float]:
     return round(part / whole, 4) if whole else None
 
 
-def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[int]) -> dict[str, Any]:
-    """The runtime summary of one rank's traffic (the JSON `runtime.ranks[]` entry, without evidence)."""
+def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[int],
+              counters: Sequence[F.CounterReadings] = (), histograms: Sequence[F.LengthHistogram] = (),
+              chunk: Optional[int] = None, page: Optional[int] = None) -> dict[str, Any]:
+    """The runtime summary of one rank's traffic (the JSON `runtime.ranks[]` entry, without
+    evidence); from a probe also its counters' rates and the request lengths its histograms hold."""
     with_usage: dict[float, int] = {}
     queued = queued_full = queued_limit = queued_unknown = at_limit = 0
     for usage, is_queued, running, n in s.samples:
@@ -68,14 +71,134 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
         "retraction_events": s.retraction_events if s.framework == "sglang" else None,
         "retraction_tokens_max": s.retraction_tokens_max,
         "preemptions": s.preemptions,
+        "preemptions_unknown_reason": _no_preemption_count(s),
         "throughput": {"min": s.throughput[0], "max": s.throughput[1]},
-        "observed_lengths": {
-            "mean_prompt_tokens": round(s.prompt_tokens / s.prompt_requests) if s.prompt_requests else None,
-            "mean_context_tokens": mean_context,
-            "concurrency_at_mean_context": pool_tokens // mean_context if pool_tokens and mean_context else None},
+        "observed_lengths": observed_lengths(s, pool_tokens, histograms, chunk, page),
+        "rates": rates(counters),
         "series": [{"time": t, "kv_usage": u if u >= 0 else None, "running": r, "queued": q}
                    for t, u, r, q in s.series],
     }
+
+
+def observed_lengths(s: F.TrafficSummary, pool_tokens: Optional[int], histograms: Sequence[F.LengthHistogram],
+                     chunk: Optional[int] = None, page: Optional[int] = None) -> dict[str, Any]:
+    """The request lengths the inputs show: SGLang's prefill lines (new + cached tokens per new
+    sequence, `chunk` and `page` the chunked-prefill budget and page size in effect) and decode
+    lines (tokens per running request), or a server's length histograms (one observation per
+    finished request: mean exact, percentiles to the bucket)."""
+    mean_context = round(s.context_tokens / s.context_requests) if s.context_requests else None
+    prompt, generation = (distribution([h for h in histograms if h.kind == kind]) for kind in ("prompt", "generation"))
+    per_entry = round(s.prompt_tokens / s.prompt_requests) if s.prompt_requests else None
+    mean_prompt, why = prefill_mean(s, per_entry, chunk, page)
+    if mean_prompt is None and prompt is not None:
+        mean_prompt, why = prompt["mean"], None
+    # both histograms observe each finished request once: the means add up to the mean request
+    same = prompt is not None and generation is not None and prompt["requests"] == generation["requests"]
+    request = prompt["mean"] + generation["mean"] if same and prompt["mean"] is not None else None
+    return {
+        "mean_prompt_tokens": mean_prompt,
+        "prompt_tokens_per_prefill_entry": per_entry,
+        "mean_prompt_unknown_reason": why,
+        "mean_context_tokens": mean_context,
+        "concurrency_at_mean_context": pool_tokens // mean_context if pool_tokens and mean_context else None,
+        "prompt_length": prompt, "generation_length": generation,
+        "mean_request_tokens": request,
+        "concurrency_at_mean_request": pool_tokens // request if pool_tokens and request else None}
+
+
+def prefill_mean(s: F.TrafficSummary, per_entry: Optional[int], chunk: Optional[int],
+                 page: Optional[int]) -> tuple[Optional[int], Optional[str]]:
+    """Whether SGLang's prefill lines give the mean prompt. Σ (#new-token + #cached-token) counts
+    each prompt token once, but #new-seq counts a request once per prefill batch it is in: a
+    prompt split by chunked prefill (one chunk per batch) counts once per chunk, a retracted
+    request again when it is prefilled anew. A split starts only where a batch's new tokens
+    reach the chunk budget (to within a page), so lines that never come that close split
+    nothing. Else only tokens per prefill entry are known, at most the mean prompt."""
+    if per_entry is None:
+        return None, None
+    if s.retractions:
+        return None, "retracted requests are prefilled again and counted again"
+    if chunk is not None and chunk <= 0:
+        return per_entry, None  # chunked prefill off
+    if chunk is None:
+        return None, "chunked_prefill_size is not stated: a prompt split into chunks counts once per chunk"
+    if page and s.prefill_max_new_tokens is not None and s.prefill_max_new_tokens <= chunk - page:
+        return per_entry, None
+    reached = ("these lines do not show whether any prompt was split" if s.prefill_max_new_tokens is None else
+               "page_size is not stated" if not page else
+               f"a prefill batch reached the chunk budget ({s.prefill_max_new_tokens} new tokens)")
+    return None, f"chunked prefill (chunked_prefill_size={chunk}) counts a split prompt once per chunk, and {reached}"
+
+
+def distribution(histograms: Sequence[F.LengthHistogram]) -> Optional[dict[str, Any]]:
+    """One length histogram (several ranks' added where their buckets agree): the requests, the
+    mean, and p50/p90/p99 as the bucket each falls in (`above` < length ≤ `at_most`)."""
+    if not histograms or any(h.buckets and [b for b, _ in h.buckets] != [b for b, _ in histograms[0].buckets]
+                             for h in histograms):
+        return None
+    count = sum(h.count for h in histograms)
+    total = sum(h.total for h in histograms)
+    cumulative = [(bound, sum(h.buckets[i][1] for h in histograms)) for i, (bound, _) in enumerate(histograms[0].buckets)]
+
+    def at(share: float) -> Optional[dict[str, Optional[float]]]:
+        if not count:
+            return None
+        wanted, below = max(1, math.ceil(share * count - 1e-9)), 0.0
+        for bound, seen in cumulative:
+            if seen >= wanted:
+                return {"above": _whole(below), "at_most": None if math.isinf(bound) else _whole(bound)}
+            below = bound
+        return None
+
+    longest, before = None, 0.0
+    for bound, seen in cumulative:
+        longest, before = (bound if seen > before else longest), seen
+    return {"metric": histograms[0].metric, "requests": _whole(count),
+            "mean": round(total / count) if count else None,
+            "p50": at(0.5), "p90": at(0.9), "p99": at(0.99),
+            "longest_at_most": None if longest is None or math.isinf(longest) else _whole(longest)}
+
+
+def rates(counters: Sequence[F.CounterReadings]) -> Optional[dict[str, Any]]:
+    """The counters' increase from the first scrape to the last, per second (several ranks'
+    added); None without counters (a log). A counter that went down was reset: the server
+    restarted between the scrapes."""
+    if not counters:
+        return None
+    seconds, why = counters[0].seconds, counters[0].unknown_reason
+    sums: dict[str, list] = {}
+    for c in counters:
+        for name, metric, first, last in c.readings:
+            entry = sums.setdefault(name, [metric, 0.0, 0.0])
+            entry[1] += first
+            entry[2] += last
+    out: dict[str, Any] = {}
+    for name, (metric, first, last) in sums.items():
+        grew = last - first
+        reason = ("the counter went down between the scrapes: the server restarted" if grew < 0 else
+                  None if seconds else why)
+        out[name] = {"metric": metric, "first": _whole(first), "last": _whole(last),
+                     "increase": _whole(grew) if grew >= 0 and counters[0].scrapes > 1 else None,
+                     "per_second": round(grew / seconds, 3) if seconds and grew >= 0 else None,
+                     "unknown_reason": reason}
+    queries, hits = out.get("prefix_cache_queries"), out.get("prefix_cache_hits")
+    hit_rate = (round(hits["increase"] / queries["increase"], 4) if queries and hits and queries["increase"]
+                and hits["increase"] is not None else None)
+    return {"scrapes": counters[0].scrapes, "seconds": seconds, "unknown_reason": why, "counters": out,
+            "prefix_cache_hit_rate": hit_rate}
+
+
+def _no_preemption_count(s: F.TrafficSummary) -> Optional[str]:
+    if s.framework != "vllm" or s.preemptions is not None:
+        return None
+    if s.evidence.line == F.INPUT_LINE:
+        return "the scrape holds no vllm:num_preemptions_total"
+    return ("vLLM's log states the count only at every 50th preemption (V0) or not at all (V1); its /metrics "
+            "counts them (capdiag probe)")
+
+
+def _whole(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else x
 
 
 def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
@@ -103,13 +226,16 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
         throughput=(min(lows) if lows else None, max(highs) if highs else None),
         context_tokens=sum(s.context_tokens for s in summaries), context_requests=sum(s.context_requests for s in summaries),
         prompt_tokens=sum(s.prompt_tokens for s in summaries), prompt_requests=sum(s.prompt_requests for s in summaries),
+        prefill_max_new_tokens=max((s.prefill_max_new_tokens for s in summaries if s.prefill_max_new_tokens is not None),
+                                   default=None),
         retractions=sum(s.retractions for s in summaries), retraction_events=sum(s.retraction_events for s in summaries),
         retraction_tokens_max=max(tokens) if tokens else None, preemptions=sum(preempted) if preempted else None,
         series=tuple(points[t] for t in sorted(points)))
 
 
-@rule("runtime.summary", reads=(F.TrafficSummary, F.TrafficMark, "concurrency?", "config:max_running_requests?",
-                                "kv_pool:tokens?"),
+@rule("runtime.summary", reads=(F.TrafficSummary, F.TrafficMark, F.CounterReadings, F.LengthHistogram, F.TokenBudget,
+                                "concurrency?", "config:max_running_requests?", "config:chunked_prefill_size?",
+                                "config:page_size?", "kv_pool:tokens?"),
       concludes=("runtime",))
 def summary(kb):
     """Sums each rank's request-time lines (SGLang `Prefill batch` / `Decode batch` and
@@ -127,19 +253,32 @@ def summary(kb):
     limit = (rows[0].detail["request_limit"] if rows else limit_d.value if limit_d is not None and limit_d.known
              else None)
     pool = tokens_d.value if tokens_d is not None and tokens_d.known else None
+    # the chunk budget in effect: the max_total_num_tokens line prints it after SGLang chose it
+    budget = next((b for b in kb.of(F.TokenBudget, role=None) if b.chunked_prefill_size is not None), None)
+    chunk_d, page_d = kb.get("config", "chunked_prefill_size"), kb.get("config", "page_size")
+    chunk = budget.chunked_prefill_size if budget else chunk_d.value if chunk_d is not None and chunk_d.known else None
+    page = page_d.value if page_d is not None and page_d.known and isinstance(page_d.value, int) else None
+    chunk = chunk if isinstance(chunk, int) else None
     marks = kb.of(F.TrafficMark, role=None)
-    used = tuple(d for d in (limit_d, tokens_d) if d is not None and d.known)
+    used = tuple(d for d in (limit_d, tokens_d, chunk_d, page_d) if d is not None and d.known) + (
+        (budget,) if budget is not None else ())
     summaries = kb.of(F.TrafficSummary, role=None)
+    counters, histograms = kb.of(F.CounterReadings, role=None), kb.of(F.LengthHistogram, role=None)
     groups = [(s.rank.key(), s, [s]) for s in summaries]
     if len(summaries) > 1:
         groups.append(("all", merged(summaries), summaries))
     for key, s, parts in groups:
         mine = [m for m in marks if any(m.summary_line == p.evidence.line and m.rank == p.rank for p in parts)]
-        value = summarize(s, limit, pool)
+        # SGLang's tokenizer counts for all DP ranks together (no rank label): those go with all
+        together = key == "all" or len(summaries) == 1
+        ranks = {p.rank for p in parts}
+        read = ([c for c in counters if together or c.rank in ranks],
+                [h for h in histograms if together or h.rank in ranks])
+        value = summarize(s, limit, pool, *read, chunk=chunk, page=page)
         usage = value["kv_usage"]
         formula = (f"{s.lines} traffic lines from {s.first_time or '?'} to {s.last_time or '?'} ({line_ref(s)} on)"
                    + (f"; KV usage peak {usage['peak']}, p50 {usage['p50']}" if usage else "; no KV usage printed"))
-        yield Derived("runtime", key, value, "runtime.summary", (*parts, *mine) + used, formula,
+        yield Derived("runtime", key, value, "runtime.summary", (*parts, *mine, *read[0], *read[1]) + used, formula,
                       detail={"marks": _marks(mine), "rank": None if key == "all" else s.rank, "parts": parts})
 
 

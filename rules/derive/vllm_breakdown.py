@@ -207,7 +207,8 @@ def framework(kb):
 def budget(kb):
     """Budget: what vLLM may use, total × gpu_memory_utilization (printed by the profiling
     record and the `Free memory on device` report, else computed from a stated total and
-    utilization; on the CPU backend, the memory requested for the worker on its NUMA node), and
+    utilization; on the CPU backend, the memory requested for the worker on its NUMA node; on
+    HPU, the memory free after the profiling run × utilization, as `Free device memory` prints it), and
     what lies outside it (total − budget): memory vLLM leaves alone."""
     util = kb.get("config", "gpu_memory_utilization")
     if target(kb) is None or util is None:
@@ -233,8 +234,10 @@ def budget(kb):
                                     "--gpu-total-gib)"), "unknown", "vllm.breakdown.budget", (util,), "")
         return
     if usable is not None:
+        how = ("free memory after profiling × utilization, as HPU sizes it"
+               if getattr(usable_fact, "form", None) == "hpu" else "total × utilization")
         yield row("budget", usable, "measured", "vllm.breakdown.budget", (usable_fact,),
-                  f"total × utilization as printed ({line_ref(usable_fact)})", )
+                  f"{how}, as printed ({line_ref(usable_fact)})", )
     elif util.known:
         yield row("budget", gib(total * util.value), "derived", "vllm.breakdown.budget", (total_fact, util),
                   f"total {total} × gpu_memory_utilization {util.value} GiB")
