@@ -31,6 +31,10 @@ import attrs
 
 from capdiag.errors import InputError
 
+# Tracebacks and dying processes (both frameworks): every exception class name holds one of
+# these. A line that holds no other keyword is offered to the traceback grammar alone.
+TRACEBACK_KEYWORDS = ("Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt",
+                      "Failure", "Timeout", "Killed", "sigquit", "Value error,")
 # Every line kind the grammars know contains one of these (tests/test_source.py checks it
 # against the grammar's example lines). A line without any is never parsed.
 KEYWORDS = (
@@ -55,10 +59,7 @@ KEYWORDS = (
     # other backends' memory lines (XPU, HPU, TPU)
     "Model profiling run took", "Initializing cache engine took", "init_cache_engine took", "Free device memory",
     "Memory statistics |",
-    # tracebacks and dying processes (both): every exception class name holds one of these
-    "Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt", "Failure",
-    "Timeout", "Killed", "sigquit", "Value error,",
-)
+) + TRACEBACK_KEYWORDS
 # Matched without regard to (ASCII) case over lowered bytes. A whole block of raw lines is
 # searched for ANCHORS, so that ahocorasick-rs can use its SIMD prefilter (only with a leftmost
 # match kind and at most 64 patterns): ~1.4 GiB/s against ~350 MiB/s for the whole list. Every

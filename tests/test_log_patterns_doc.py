@@ -30,7 +30,8 @@ DOC = Path(__file__).resolve().parents[1] / "references" / "log-patterns.md"
 # its framework prints, as the document's own check did. The anchor's facts (line 1) are not the
 # example's.
 ANCHOR = {"sglang": "[2026-08-20 10:00:12 TP0] Load weight begin. avail mem=139.10 GB",
-          "vllm": "INFO 10-17 09:12:21 model_runner.py:1071] Loading model weights took 12.5523 GB"}
+          # a second earlier than the document's own example of the line, which would repeat it word for word
+          "vllm": "INFO 10-17 09:12:20 model_runner.py:1071] Loading model weights took 12.5523 GB"}
 
 # Sections 1 (transport noise) and 4 (lines not read) hold lines of either framework.
 SECTION_FRAMEWORKS = {"2": ("sglang",), "3": ("vllm",)}
