@@ -15,8 +15,10 @@ from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.rules import rules_for
+from capdiag.rules.what_if import counterfactual
 from capdiag.source import LiveStream, LogInput, candidate_runs, log_name, open_log, physical_runs
 from capdiag.traffic import TrafficAggregator
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
 @attrs.frozen
@@ -125,7 +127,7 @@ def read_log(log: LogInput, framework: Optional[str] = None, until_ready: Option
 
 
 def analyse(path: LogInput, *, launch: Optional[int] = None, target_rank: Optional[str] = None,
-            token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
+            token_lengths: tuple[int, ...] = DEFAULT_TOKEN_LENGTHS, gpu: Optional[str] = None,
             gpu_total_gib: Optional[float] = None, framework: Optional[str] = None,
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None,
             policy: Optional[F.Policy] = None, what_if: Optional[F.WhatIf] = None,
@@ -148,7 +150,7 @@ def analyse_facts(name: str, facts: list[F.Fact], framework: str, lines: int, *,
 
 
 def _analyse_reading(name: str, reading: Reading, *, launch: Optional[int] = None, target_rank: Optional[str] = None,
-                     token_lengths: tuple[int, ...] = (4096, 6144, 8192), gpu: Optional[str] = None,
+                     token_lengths: tuple[int, ...] = DEFAULT_TOKEN_LENGTHS, gpu: Optional[str] = None,
                      gpu_total_gib: Optional[float] = None, nvidia_smi: Optional[str] = None,
                      config_json: Optional[str] = None, policy: Optional[F.Policy] = None,
                      what_if: Optional[F.WhatIf] = None) -> Analysis:
@@ -170,7 +172,10 @@ def _analyse_reading(name: str, reading: Reading, *, launch: Optional[int] = Non
     inputs.extend(gpu_input_facts(gpu, gpu_total_gib, names))
     inputs.extend(x for x in (policy, what_if) if x is not None)
     kb = Knowledge(chosen.facts + tuple(inputs))
-    firings = run(rules_for(framework), kb)
+    rules = rules_for(framework)
+    firings = run(rules, kb)
+    if what_if is not None:
+        counterfactual.compare(kb, rules)
     if target_rank is not None and not kb.get("target_rank").known:
         raise InputError(f"--target-rank {target_rank}: {kb.get('target_rank').value.reason}")
     return Analysis(name, framework, reading.outlines, chosen, kb, tuple(firings), reading.lines)

@@ -16,9 +16,9 @@ from capdiag import facts as F
 from capdiag.analysis import Analysis, analyse
 from capdiag.errors import InputError
 from capdiag.source import LogInput
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 from capdiag.whatif import parse_what_if
 
-DEFAULT_LENGTHS = (4096, 6144, 8192)
 DEFAULT_FAIL_ON = "warning"
 WhatIfInput = Union[Mapping[str, Any], Sequence[str], None]
 
@@ -152,7 +152,7 @@ def _what_if(what_if: WhatIfInput) -> Optional[F.WhatIf]:
 
 
 def analyse_options(*, gpu=None, gpu_total_gib=None, nvidia_smi=None, config_json=None, framework=None,
-                    target_rank=None, launch=None, token_lengths=DEFAULT_LENGTHS, what_if: WhatIfInput = None,
+                    target_rank=None, launch=None, token_lengths=DEFAULT_TOKEN_LENGTHS, what_if: WhatIfInput = None,
                     until_ready=None, runtime=True) -> dict[str, Any]:
     """The API's keyword arguments as analysis.analyse() takes them."""
     return {"launch": launch, "target_rank": None if target_rank is None else str(target_rank),
@@ -168,7 +168,7 @@ def _analysis(log: LogInput, **inputs: Any) -> Analysis:
 def explain(log: LogInput, *, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None, framework: Optional[str] = None,
             target_rank: Union[str, int, None] = None, launch: Optional[int] = None,
-            token_lengths: Sequence[int] = DEFAULT_LENGTHS, what_if: WhatIfInput = None,
+            token_lengths: Sequence[int] = DEFAULT_TOKEN_LENGTHS, what_if: WhatIfInput = None,
             until_ready: Optional[bool] = None, runtime: bool = True) -> Report:
     """Explain where each GPU's memory went in one start-up log.
 
@@ -192,7 +192,7 @@ def is_url(log: Any) -> bool:
 def probe(url: Optional[str] = None, *, metrics_files: Sequence[str] = (), headers: Sequence[str] = (),
           token_env: Optional[str] = None, timeout: float = 10.0, verify: Union[bool, str] = True,
           framework: Optional[str] = None, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
-          token_lengths: Sequence[int] = DEFAULT_LENGTHS, target_rank: Union[str, int, None] = None,
+          token_lengths: Sequence[int] = DEFAULT_TOKEN_LENGTHS, target_rank: Union[str, int, None] = None,
           what_if: WhatIfInput = None, interval: Optional[float] = None, **_log_only: Any) -> Report:
     """The report of a running server, from its own endpoints (`url`), or of saved scrapes of its
     `/metrics` (`metrics_files`, oldest first). A server's load and metrics are read twice,
@@ -259,6 +259,11 @@ def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Opt
                                  **analyse_options(**inputs)))
 
 
+def report_of(path: str, **inputs: Any) -> dict[str, Any]:
+    """One log's report as data (the JSON contract), as the many-logs workers make it."""
+    return explain(path, **inputs).to_dict()
+
+
 @attrs.frozen
 class Outcome:
     """One of many logs: its report, or the one-line error that stopped it (never both)."""
@@ -274,7 +279,7 @@ def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: A
     cannot be read is an Outcome with its error; the others go on."""
     from capdiag.batch import explain_many as run_many
 
-    for item in run_many(logs, jobs=jobs, **inputs):
+    for item in run_many(logs, report_of, jobs=jobs, **inputs):
         yield Outcome(item.path, None if item.report is None else Report(item.report), item.error)
 
 

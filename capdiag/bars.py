@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Optional
 
-# Stacked order, bottom (left) to top (right), as report.SEGMENT_ORDER, then the part of the
-# GPU total no rank figure accounts for.
-CATEGORIES = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
-              "draft_cuda_graph", "other", "free")
+from capdiag.vocabulary import SEGMENTS
+
+# Stacked order, bottom (left) to top (right): a rank's segments, with the part of the GPU total
+# no rank figure accounts for drawn below the free memory.
 UNSTATED = "unstated"
-DRAW_ORDER = (*CATEGORIES[:-1], UNSTATED, "free")
+DRAW_ORDER = (*SEGMENTS[:-1], UNSTATED, "free")
 
 # category: (plain letter, coloured glyph, ANSI SGR colour, light fill, dark fill).
 # The fills follow the Okabe–Ito colour-blind-safe palette; drafts are paler tints of their
@@ -352,7 +352,7 @@ def _ink(fill: str) -> str:
 def palette() -> list[dict[str, str]]:
     """Fill and label ink of every category, for the light and the dark scheme."""
     return [{"category": c, "light": STYLE[c][3], "dark": STYLE[c][4], "ink_light": _ink(STYLE[c][3]),
-             "ink_dark": _ink(STYLE[c][4])} for c in (*CATEGORIES, UNSTATED)]
+             "ink_dark": _ink(STYLE[c][4])} for c in (*SEGMENTS, UNSTATED)]
 
 
 def html_view(report: dict[str, Any]) -> dict[str, Any]:

@@ -3,10 +3,11 @@ processes (one per core by default), given back in input order; a log that canno
 reported with its one-line error and the others go on."""
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import attrs
 
@@ -43,32 +44,36 @@ def expand(logs: Sequence[str]) -> list[str]:
     return paths
 
 
-def _explain(job: tuple[str, dict[str, Any]]) -> Item:
-    from capdiag import api
+# what makes one log's report (capdiag.api.report_of): given by the caller, so that this module,
+# which the API's own explain_many uses, does not import the API back
+Explain = Callable[..., dict]
 
+
+def _explain(explain: Explain, job: tuple[str, dict[str, Any]]) -> Item:
     path, inputs = job
     try:
-        return Item(path, api.explain(path, **inputs).to_dict(), None)
+        return Item(path, explain(path, **inputs), None)
     except InputError as exc:
         message = str(exc)
         return Item(path, None, message if message.startswith(path) else f"{path}: {message}")
 
 
-def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: Any) -> Iterator[Item]:
-    """Each log's Item, in the order given (directories expanded), made by `jobs` worker
-    processes (default: one per core; 1 works in this process)."""
+def explain_many(logs: Sequence[str], explain: Explain, *, jobs: Optional[int] = None, **inputs: Any) -> Iterator[Item]:
+    """Each log's Item, in the order given (directories expanded), its report made by
+    `explain(path, **inputs)` (a module-level function: workers are handed it by name) in
+    `jobs` worker processes (default: one per core; 1 works in this process)."""
     paths = expand(logs)
     work = [(path, inputs) for path in paths]
     jobs = min(jobs or os.cpu_count() or 1, len(paths))
     if jobs <= 1:
-        yield from map(_explain, work)
+        yield from map(functools.partial(_explain, explain), work)
         return
     # forked workers inherit the imports and the parsers built here; a log is ~30 ms of work,
     # so they take several at a time
     build_parsers()
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        yield from pool.map(_explain, work, chunksize=max(1, len(work) // (jobs * 4)))
+        yield from pool.map(functools.partial(_explain, explain), work, chunksize=max(1, len(work) // (jobs * 4)))
 
 
 def summary_row(item: Item) -> dict[str, Any]:

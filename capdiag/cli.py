@@ -23,8 +23,9 @@ from capdiag.policy import SEVERITIES, load_policy
 from capdiag.printable import printable
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 from capdiag.whatif import KEYS
-from capdiag.rules import find_rule
+from capdiag.rules import find_any_rule
 
 EXAMPLE_LOG = "sglang-llama31-8b-h100.log"
 
@@ -95,7 +96,7 @@ INPUT_OPTIONS = (
                  help="Which start-up in the file (default: the last that got furthest)."),
     click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
                  help="Project the start-up under a changed setting (repeatable): " + ", ".join(KEYS) + "."),
-    click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True,
+    click.option("--token-lengths", type=Lengths(), default=",".join(map(str, DEFAULT_TOKEN_LENGTHS)), show_default=True,
                  help="Request lengths (tokens) for the concurrency table."),
     click.option("--gpu", help="GPU alias from references/gpu-specs.json (e.g. h100_sxm, h200, a100_80gb_sxm)."),
     click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB (beats --gpu's reference figure)."),
@@ -178,7 +179,7 @@ def _explain_many(logs, fmt, output, inputs, trace, jobs):
         raise InputError(f"--format {fmt} is one report; for many logs use {', '.join(MANY_FORMATS)}")
     from capdiag import batch  # worker processes: only for many logs
 
-    items = list(batch.explain_many(logs, jobs=jobs, **inputs))
+    items = list(batch.explain_many(logs, api.report_of, jobs=jobs, **inputs))
     _write(render_many(items, "table" if fmt == "text" else fmt), output)
     for item in items:
         if item.error:
@@ -210,7 +211,7 @@ def _echo_err(text: str) -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--gpu", help="GPU alias from references/gpu-specs.json.")
 @click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
-@click.option("--token-lengths", type=Lengths(), default="4096,6144,8192", show_default=True)
+@click.option("--token-lengths", type=Lengths(), default=",".join(map(str, DEFAULT_TOKEN_LENGTHS)), show_default=True)
 def probe_command(url, metrics_files, headers, token_env, timeout, insecure, ca_cert, fmt, output, **inputs):
     """Explain a running server from its own endpoints (SGLang /server_info, /v1/loads; vLLM /metrics,
     /v1/models, /version), or from saved scrapes of its /metrics."""
@@ -335,16 +336,22 @@ def diff_command(before, after, fmt, output, inputs):
 
 @main.command(context_settings=CONTEXT)
 @click.argument("name", required=False)
+@click.option("--derivations", is_flag=True,
+              help="List the rules that derive values (breakdown, KV pool, configuration, what-if, plan, diff), "
+                   "with their kind.")
 @click.option("--markdown", is_flag=True, help="Print the documentation of every rule as markdown (docs/rules.md).")
-def rules(name, markdown):
-    """List the finding rules, or print one rule's documentation (by name or code)."""
+def rules(name, derivations, markdown):
+    """List the finding rules, or print one rule's documentation (a finding by name or code, a
+    derivation rule by name)."""
     if markdown:
         _write(ruledocs.markdown(), None)
     elif name:
-        found = find_rule(name)
+        found = find_any_rule(name)
         if found is None:
-            raise InputError(f"no rule named {name!r}; `capdiag rules` lists them")
+            raise InputError(f"no rule named {name!r}; `capdiag rules` and `capdiag rules --derivations` list them")
         _write(ruledocs.one(found), None)
+    elif derivations:
+        _write(ruledocs.derivation_listing(), None)
     else:
         _write(ruledocs.listing(), None)
 

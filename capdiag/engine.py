@@ -73,6 +73,50 @@ class Finding(Derived):
 Premise = Union[F.Fact, Derived]
 
 
+@attrs.frozen
+class Parts:
+    """A finding as its rule words it. The rule states its identity once, in `@rule(name,
+    code=, severity=, thresholds=)`; the engine adds the name and the default severity when it
+    records the finding, so the rule never restates them."""
+
+    premises: tuple  # the facts and conclusions it rests on; None entries are left out
+    title: str
+    message: str
+    action: str
+    detail: dict = attrs.Factory(dict)
+    key: Any = None  # tells several findings of one rule apart (a reading, a rank)
+    severity: Optional[str] = None  # this case's severity, where it is not the rule's default
+    value: Any = None
+
+    def finding(self, r: "Rule") -> Finding:
+        return Finding("finding", r.name if self.key is None else (r.name, self.key), self.value, r.name,
+                       tuple(p for p in self.premises if p is not None), self.message, self.detail,
+                       severity=self.severity or r.severity or "info", title=self.title, action=self.action)
+
+
+@attrs.frozen
+class NotJudged:
+    """A finding rule could not judge. `needed` pairs what an input is with its conclusion
+    (None when nothing concluded it, or the reason it is missing)."""
+
+    needed: tuple[tuple[str, Union[Derived, str, None]], ...]
+
+    def conclusion(self, r: "Rule") -> Derived:
+        """`not_judged:<rule>`: of the inputs needed, those absent or unknown, each with why.
+        Its value is `Unknown`, so no output counts the rule as passed."""
+        missing = [(what, d) for what, d in self.needed if not isinstance(d, Derived) or not d.known] \
+            or list(self.needed)
+        reasons = [f"{what} ({d})" if isinstance(d, str) else f"{what} (not stated in the inputs)" if d is None
+                   else f"{what} ({d.value.reason})" if not d.known else what for what, d in missing]
+        return Derived("not_judged", r.name, Unknown("needs " + "; ".join(reasons)), r.name,
+                       tuple(d for _, d in missing if isinstance(d, Derived)))
+
+
+def cannot_judge(*needed: tuple[str, Union[Derived, str, None]]) -> NotJudged:
+    """What a finding rule yields when an input it needs is absent or unknown."""
+    return NotJudged(tuple(needed))
+
+
 class RuleSetError(Exception):
     """The declarations of a rule set do not make a well-formed set (a cycle, two rules
     concluding one identity, a required read nobody concludes)."""
@@ -358,7 +402,8 @@ def fire(r: Rule, kb: Knowledge, pinned: frozenset = frozenset()) -> list[Derive
     candidates in order of preference); an identity in `pinned` is left as it stands."""
     view = View(kb, r)
     drawn: list[Derived] = []
-    for conclusion in r(view) or ():  # type: ignore[arg-type]
+    for said in r(view) or ():  # type: ignore[arg-type]
+        conclusion = _stamped(r, said)
         ident = (conclusion.topic, conclusion.key)
         if not any(c.covers(*ident) for c in r.conclusions):
             raise UndeclaredConclusion(f"rule {r.name} concluded {conclusion.topic}:{conclusion.key}, which its "
@@ -385,6 +430,19 @@ def fire(r: Rule, kb: Knowledge, pinned: frozenset = frozenset()) -> list[Derive
         kb.derived[ident] = conclusion
         drawn.append(conclusion)
     return drawn
+
+
+def _stamped(r: Rule, said: Union[Derived, Parts, NotJudged]) -> Derived:
+    """What a rule yielded, with its identity added: a finding rule yields `Parts` or
+    `NotJudged`, never a `Finding` of its own making (its name and severity would be restated)."""
+    if isinstance(said, (Parts, NotJudged)):
+        if r.code is None:
+            raise UndeclaredConclusion(f"rule {r.name} yields a finding's parts but has no code")
+        return said.finding(r) if isinstance(said, Parts) else said.conclusion(r)
+    if isinstance(said, Finding):
+        raise UndeclaredConclusion(f"rule {r.name} made a Finding itself: yield its Parts, the engine adds "
+                                   "the rule's name and severity")
+    return said
 
 
 def run(rules: Iterable[Rule], kb: Knowledge, *, pinned: Optional[dict[tuple, Derived]] = None,

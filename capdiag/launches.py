@@ -22,13 +22,19 @@ from capdiag import facts as F
 from capdiag.failures import RootCause, failure_of
 from capdiag.parsing import with_launch
 
-_MAIN_PROCESS = (F.ServerArgs, F.ModelPathHint, F.LaunchCommand, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig,
-                 F.VllmMaxModelLen)
-# Lines that say nothing about which process printed them.
-_NEUTRAL = _MAIN_PROCESS + (F.UnreadLine,)
+# The kinds' own declarations (Fact.RANK_NEUTRAL, OPENS_LAUNCH, BEGINS_RANK, FAILS_STARTUP, PHASE).
+# Lines that say nothing about which process printed them (main-process lines, unread ones).
+_NEUTRAL = F.kinds_where("RANK_NEUTRAL")
 # A line that opens a start-up: once per-rank lines have been seen, it opens the next one.
-_OPENERS = (F.ServerArgs, F.VllmVersion, F.VllmArgs, F.VllmEngineConfig)
-_FAILURES = (F.SchedulerException, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError)
+_OPENERS = F.kinds_where("OPENS_LAUNCH")
+# A rank beginning its start-up: after the start-up ended, or a third time, the file restarted.
+_BEGINS = F.kinds_where("BEGINS_RANK")
+_FAILURES = F.kinds_where("FAILS_STARTUP")
+_READY = F.kinds_in_phase("ready")
+# The draft worker's lines (speculative decoding): the second of a kind on a rank, or those a
+# pool closes second (Fact.DRAFT_BY).
+_BY_ORDER = F.kinds_where("DRAFT_BY", "order")
+_BY_POOL = F.kinds_where("DRAFT_BY", "pool")
 
 
 def ends_startup(fact: F.Fact) -> bool:
@@ -89,8 +95,7 @@ def phase_of(facts: Iterable[F.Fact]) -> str:
     return F.PHASES[max(reached)] if reached else "init"
 
 
-_BEGINS = (F.LoadWeightBegin, F.TorchDistributedBegin, F.VllmModelLoading)
-_FINISHED = (F.ServerReady, F.VllmEngineReady) + _FAILURES
+_FINISHED = _READY + _FAILURES
 
 
 class LaunchSplitter:
@@ -196,10 +201,10 @@ def assign_roles(facts: Iterable[F.Fact]) -> list[F.Fact]:
     for fact in facts:
         rank = fact.rank.key()
         role = fact.role
-        if isinstance(fact, (F.LoadWeightBegin, F.LoadWeightEnd, F.TorchDistributedEnd, F.MemoryPoolEnd)):
+        if isinstance(fact, _BY_ORDER):
             seen[(type(fact), rank)] += 1
             role = "draft" if seen[(type(fact), rank)] == 2 else "target"
-        elif isinstance(fact, (F.KVCacheAllocated, F.SWAKVPoolUsage, F.MambaCacheAllocated, F.KVAvailableMemory)):
+        elif isinstance(fact, _BY_POOL):
             role = "draft" if pools_closed[rank] == 1 else "target"
         elif isinstance(fact, (F.GraphCaptureBegin, F.GraphCaptureEnd)) and not fact.role_stated:
             role = "draft" if pools_closed[rank] >= 2 and seen[(F.LoadWeightEnd, rank)] >= 2 else "target"

@@ -11,20 +11,16 @@ from typing import Any, Optional
 from capdiag import facts as F
 from capdiag.analysis import Analysis
 from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, evidence_chain
-from capdiag.observed import observed_by_rank, with_contract_keys
+from capdiag.observed import with_contract_keys
 from capdiag.parsing import framework_of
 from capdiag.rules import FINDING_RULES
 from capdiag.rules.derive.stand_in import STAND_IN_KINDS
+from capdiag.vocabulary import BREAKDOWN, SEGMENTS
 
 SCHEMA = "capdiag.report/1"
 CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
                "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
                "max_running_requests", "page_size", "block_size", "quantization")
-BREAKDOWN_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "activation", "draft_weights",
-                   "draft_kv_cache", "draft_cuda_graph", "unattributed", "other", "free")
-# Stacked-bar order of a rank's memory, bottom to top.
-SEGMENT_ORDER = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
-                 "draft_cuda_graph", "other", "free")
 MAX_UNREAD = 50  # lines not read, listed in the report (the first ones)
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -109,19 +105,6 @@ RANK_COLUMNS = {
 }
 
 
-def target_observed(kb, facts: list[F.Fact], per_rank: dict, target: Optional[tuple]) -> dict[str, Any]:
-    """The target rank's printed figures, and where it printed none of a kind, the figures of the
-    rank that stands in for it (rules/stand_in.py); `stand_ins` says which."""
-    own = dict(per_rank.get(target, {})) if target is not None else {}
-    for kind in STAND_IN_KINDS:
-        stand = kb.get("stand_in", kind.__name__)
-        if stand is not None and stand.known:
-            lines = [f for f in facts if isinstance(f, kind) and f.rank.key() == stand.value]
-            for key, value in observed_by_rank(lines).get(stand.value, {}).items():
-                own.setdefault(key, value)
-    return own
-
-
 def build(a: Analysis) -> dict[str, Any]:
     kb = a.knowledge
     facts = list(a.launch.facts)
@@ -135,7 +118,7 @@ def build(a: Analysis) -> dict[str, Any]:
     config_sources = {key: kb.get("config", key).formula for key in CONFIG_KEYS
                       if kb.get("config", key) is not None and kb.get("config", key).known}
 
-    per_rank = observed_by_rank(facts)
+    per_rank = kb.value("observed") or {}
     target = kb.value("target_rank")
     binding = kb.get("binding_rank")
     shown = [c for c in RANK_COLUMNS[a.framework] if any(_column(o, c[1]) is not None for o in per_rank.values())]
@@ -146,7 +129,7 @@ def build(a: Analysis) -> dict[str, Any]:
         segments = kb.value("rank_memory", rank) or {}
         ranks.append({"rank": tags, "label": _label(tags) or "TP0",
                       "observed": with_contract_keys(per_rank[rank], a.framework),
-                      "segments": [{"category": c, "gib": segments[c]} for c in SEGMENT_ORDER if c in segments],
+                      "segments": [{"category": c, "gib": segments[c]} for c in SEGMENTS if c in segments],
                       "binding": binding is not None and binding.detail.get("rank") == rank,
                       "target": rank == target,
                       "columns": [_column(per_rank[rank], keys) for _, keys in shown],
@@ -154,7 +137,7 @@ def build(a: Analysis) -> dict[str, Any]:
                                                               ("index", "used_mib", "free_mib", "total_mib")}})
 
     breakdown = []
-    for category in BREAKDOWN_ORDER:
+    for category in BREAKDOWN:
         d = kb.get("breakdown", category)
         if d is None:
             continue
@@ -232,7 +215,7 @@ def build(a: Analysis) -> dict[str, Any]:
                 "total_source": (total_d.detail.get("source") if total_d is not None and total_d.known else None),
                 "total_derivation": total_d.formula if total_d is not None and total_d.known else _reason(total_d)},
         "target_rank": _label_of(target, tagged) if target is not None else None,
-        "observed": with_contract_keys(target_observed(kb, facts, per_rank, target), a.framework),
+        "observed": with_contract_keys(kb.value("target_observed") or {}, a.framework),
         "stand_ins": [{"kind": STAND_IN_KINDS[kind], "rank": d.detail.get("rank") if d.known else None,
                        "derivation": d.formula if d.known else _reason(d)}
                       for kind in STAND_IN_KINDS if (d := kb.get("stand_in", kind.__name__)) is not None],

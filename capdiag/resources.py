@@ -1,4 +1,4 @@
-"""Files shipped inside the package: grammars, templates and references.
+"""Files shipped inside the package: templates and references (grammars: capdiag.parsing.lalr).
 
 The repository keeps `grammar/`, `rules/` and `references/` at its top level; the build maps
 them to `capdiag.grammar`, `capdiag.rules` and `capdiag.references` so a wheel carries them.
@@ -15,10 +15,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-def grammar_text(name: str) -> str:
-    return resources.files("capdiag.grammar").joinpath(name).read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=None)

@@ -30,36 +30,12 @@ import ahocorasick_rs
 import attrs
 
 from capdiag.errors import InputError
+from capdiag.facts.kinds import KEYWORDS as FACT_KEYWORDS
 
-# Tracebacks and dying processes (both frameworks): every exception class name holds one of
-# these. A line that holds no other keyword is offered to the traceback grammar alone.
-TRACEBACK_KEYWORDS = ("Traceback (most recent call last)", 'File "', "Error", "Exception", "Exit", "Interrupt",
-                      "Failure", "Timeout", "Killed", "sigquit", "Value error,")
 # Every line kind the grammars know contains one of these (tests/test_source.py checks it
-# against the grammar's example lines). A line without any is never parsed.
-KEYWORDS = (
-    "server_args", "distributed begin", "distributed ends", "Load weight", "KV Cache is allocated", "KV Cache VA upper bound",
-    "SWAKVPool", "Mamba Cache", "Memory pool end", "graph begin", "graph end",
-    "max_total_num_tokens", "Memory profiling", "memory calculation", "pool sizes",
-    "Post-capture KV sizing", "KV cache dtype", "sliding window memory pool",
-    "out of memory", "Not enough memory", "leave no GPU memory", "ready to roll",
-    "hit an exception", "HF snapshot", "Tokenizer for", "DeepGEMM", "Required memory for warmup",
-    "device_name=", "available memory for KV cache", "-m sglang", "sglang serve", "SGLANG_CACHE_DIR",
-    # vLLM
-    "version", "with config:", "non-default args", "args: Namespace", "max model len", "Model loading took",
-    "Loading model weights took", "vLLM instance can use", "model weights take", "total_gpu_memory",
-    "gpu_memory_utilization", "non_torch_memory", "activation peak memory", "available_kv_cache_memory",
-    "Available KV cache memory", "KV cache size", "Maximum concurrency", "blocks:", "num_gpu_blocks",
-    "Graph capturing finished", "graph pool memory", "Estimated CUDA graph memory", "graph memory profiling is",
-    "Free memory on device", "Initial free memory", "No available memory for the cache blocks", "max seq len", "serve at least one request",
-    "EngineCore failed", "Engine core initialization failed", "init engine", "Application startup complete",
-    "vllm serve", "-m vllm.", "attention block size", "vllm-openai", "docker run", "for KV cache on node", "Starting to load model",
-    # an argument vector printed as a Python list (a Ray actor's argv): its opening and its options
-    "['", '["', "'--", '"--',
-    # other backends' memory lines (XPU, HPU, TPU)
-    "Model profiling run took", "Initializing cache engine took", "init_cache_engine took", "Free device memory",
-    "Memory statistics |",
-) + TRACEBACK_KEYWORDS
+# against the grammar's example lines). A line without any is never parsed. Each fact class
+# declares its own (Fact.KEYWORDS); this is their union.
+KEYWORDS = FACT_KEYWORDS
 # Matched without regard to (ASCII) case over lowered bytes. A whole block of raw lines is
 # searched for ANCHORS, so that ahocorasick-rs can use its SIMD prefilter (only with a leftmost
 # match kind and at most 64 patterns): ~1.4 GiB/s against ~350 MiB/s for the whole list. Every

@@ -7,7 +7,7 @@ carry a stable code and slug. Each framework has its own reading of the memory l
 rest is shared.
 """
 from capdiag.rules.derive import (breakdown, concurrency, config, failure_cause, gpu, kv_pool, kv_theory, nvidia_smi,
-                                  pool_cap, ranks, runtime, stand_in, startup_phase, target_rank, vllm_breakdown,
+                                  observed, pool_cap, ranks, runtime, stand_in, startup_phase, target_rank, vllm_breakdown,
                                   vllm_capacity, vllm_config, weights_theory)
 from capdiag.rules.findings import (context_exceeds_kv, cuda_graph_estimate_off, cuda_graph_heavy,
                                     deepgemm_jit_suspected, dp_attention_budget, excess_headroom, fp8_kv_opportunity,
@@ -17,6 +17,7 @@ from capdiag.rules.findings import (context_exceeds_kv, cuda_graph_estimate_off,
                                     request_limit_binds, request_limit_binds_traffic, speculative_draft_memory,
                                     startup_failed, startup_incomplete, swa_compressed_kv, thin_headroom,
                                     unexplained_memory, utilization_too_high, weights_exceed_budget)
+from capdiag.rules.diff.rules import DIFF_RULES
 from capdiag.rules.plan import rules as plan
 from capdiag.rules.what_if import projection as what_if
 
@@ -63,6 +64,8 @@ COMMON_AFTER = (
     kv_theory.theoretical,
     kv_theory.compare,
     weights_theory.theoretical,
+    observed.by_rank,
+    observed.target,
     ranks.binding_rank,
     ranks.rank_memory,
     startup_phase.phase,
@@ -131,3 +134,12 @@ def find_rule(name_or_code: str):
 
 PLAN = (gpu.identity, gpu.total, plan.parameters, plan.weights, plan.kv_per_token, plan.usable, plan.buckets,
         plan.verdict)
+
+# The rules that derive values (everything but the findings), each once: `capdiag rules --derivations`.
+DERIVATIONS = tuple(dict.fromkeys(r for r in ALL + PLAN + DIFF_RULES if r.code is None))
+
+
+def find_any_rule(name_or_code: str):
+    """A finding rule by slug or code, else a derivation rule by name (case-insensitive)."""
+    wanted = name_or_code.strip().lower()
+    return find_rule(name_or_code) or next((r for r in DERIVATIONS if r.name == wanted), None)

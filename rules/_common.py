@@ -1,10 +1,11 @@
-"""Helpers the rule modules share: the target rank, GiB arithmetic as printed, finding wording."""
+"""Helpers the rule modules share: the target rank, GiB arithmetic as printed, line references,
+the framework's knob, command-line values."""
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional
 
 from capdiag import facts as F
-from capdiag.engine import Derived, Finding, Knowledge, Unknown
+from capdiag.engine import Knowledge
 from capdiag.parsing.bounds import in_range
 
 
@@ -23,25 +24,6 @@ def line_ref(fact: F.Fact) -> str:
         return "input" if fact.evidence.source in ("input", "log", "references") else fact.evidence.source
     return f"line {fact.evidence.line}" if fact.evidence.source == "log" else \
         f"{fact.evidence.source} line {fact.evidence.line}"
-
-
-def finding(name: str, premises, message: str, *, severity: str, title: str, action: str,
-            detail: Optional[dict] = None, key=None) -> Finding:
-    """A finding of rule `name`; premises that are None are left out."""
-    return Finding("finding", name if key is None else (name, key), None, name,
-                   tuple(p for p in premises if p is not None), message, detail or {},
-                   severity=severity, title=title, action=action)
-
-
-def cannot_judge(name: str, *needed: tuple[str, Union[Derived, str, None]]) -> Derived:
-    """Rule `name` could not judge: of the inputs it needs (pairs of what the input is and its
-    conclusion; None when nothing concluded it, or the reason it is missing), those absent or
-    unknown, each with why. It concludes `Unknown`, so no output counts the rule as passed."""
-    missing = [(what, d) for what, d in needed if not isinstance(d, Derived) or not d.known] or list(needed)
-    reasons = [f"{what} ({d})" if isinstance(d, str) else f"{what} (not stated in the inputs)" if d is None
-               else f"{what} ({d.value.reason})" if not d.known else what for what, d in missing]
-    return Derived("not_judged", name, Unknown("needs " + "; ".join(reasons)), name,
-                   tuple(d for _, d in missing if isinstance(d, Derived)))
 
 
 def is_vllm(kb: Knowledge) -> bool:

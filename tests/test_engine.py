@@ -7,8 +7,8 @@ import pytest
 
 from capdiag import facts as F
 from capdiag.analysis import analyse
-from capdiag.engine import (Derived, Finding, Knowledge, RuleSetError, UndeclaredConclusion, UndeclaredRead, Unknown,
-                            evidence_chain, order, rule, run)
+from capdiag.engine import (Derived, Finding, Knowledge, Parts, RuleSetError, UndeclaredConclusion, UndeclaredRead,
+                            Unknown, cannot_judge, evidence_chain, order, rule, run)
 from capdiag.render import render
 from capdiag.rules import rules_for
 from capdiag.report import build
@@ -208,6 +208,59 @@ def test_evidence_chain_walks_back_to_facts_once_in_line_order():
 def test_finding_is_a_derived_with_a_message():
     f = Finding("finding", "x", None, "x", (), "the message", severity="warning", title="T", action="A")
     assert f.known and f.message == "the message" and f.severity == "warning"
+
+
+@rule("toy-low-memory", code="CD999", severity="warning", thresholds={"min_gib": 5.0},
+      reads=(F.LoadWeightBegin, "toy:double?"))
+def low_memory(kb, t):
+    """A finding rule states its name, code, severity and thresholds once, in the decorator."""
+    begin = kb.first(F.LoadWeightBegin)
+    if begin is None:
+        yield cannot_judge(("the free memory before weights", None), ("the doubled figure", kb.get("toy", "double")))
+        return
+    if begin.avail_gib < t["min_gib"]:
+        yield Parts((begin, None), title="Little memory", message=f"{begin.avail_gib} GiB free", action="Free some",
+                    detail={"gib": begin.avail_gib})
+    if begin.avail_gib < 1:
+        yield Parts((begin,), title="Almost none", message="under 1 GiB", action="Free the GPU", key="critical",
+                    severity="error")
+
+
+def test_a_finding_rule_returns_its_parts_and_the_engine_adds_its_identity():
+    kb = Knowledge((fact(3, 0.5),))
+    run([low_memory, double], kb)
+    plain, critical = kb.get("finding", "toy-low-memory"), kb.get("finding", ("toy-low-memory", "critical"))
+    assert isinstance(plain, Finding) and plain.rule == "toy-low-memory" and plain.severity == "warning"
+    assert (plain.title, plain.message, plain.action, plain.detail) == ("Little memory", "0.5 GiB free", "Free some",
+                                                                       {"gib": 0.5})
+    assert plain.premises[0] is kb.facts[0] and None not in plain.premises
+    assert critical.severity == "error" and critical.rule == "toy-low-memory"
+    quiet = Knowledge((fact(3, 40.0),))
+    run([low_memory, double], quiet)
+    assert quiet.topic("finding") == []
+
+
+def test_a_finding_rule_that_cannot_judge_says_which_input_is_missing():
+    kb = Knowledge(())
+    run([low_memory, unknown], kb)
+    d = kb.get("not_judged", "toy-low-memory")
+    assert d.rule == "toy-low-memory" and not d.known
+    assert d.value.reason == "needs the free memory before weights (not stated in the inputs); the doubled figure " \
+                             "(not stated in the inputs)"
+
+
+def test_a_finding_made_by_hand_or_parts_from_a_rule_without_a_code_are_refused():
+    @rule("toy-by-hand", code="CD998", severity="info")
+    def by_hand(kb):
+        yield Finding("finding", "toy-by-hand", None, "toy-by-hand", (), "m", severity="info", title="t", action="a")
+
+    @rule("toy.parts", concludes=("toy:parts",))
+    def parts_without_code(kb):
+        yield Parts((), title="t", message="m", action="a")
+
+    for r in (by_hand, parts_without_code):
+        with pytest.raises(UndeclaredConclusion):
+            run([r], Knowledge(()))
 
 
 def test_knowledge_filters_by_rank_and_role():

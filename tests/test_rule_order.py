@@ -26,7 +26,10 @@ from capdiag.report import build
 from capdiag.rules import ALL, FINDINGS, PLAN, rules_for
 from capdiag.rules.diff.rules import DIFF_RULES
 from helpers import FIXTURES, SHARED
+from capdiag.whatif import parse_what_if
 from test_rule_cases import CASES, parse_args
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "capdiag" / "examples" / "sglang-llama31-8b-h100.log"
 
 SEEDS = (1, 2)
 
@@ -42,6 +45,12 @@ def _inputs() -> list:
             if stem.with_name(stem.name + suffix).exists():
                 kw[key] = str(stem.with_name(stem.name + suffix))
         out.append(pytest.param(str(log), kw, id=f"case/{log.parent.name}/{log.stem}"))
+    # the counterfactual run of --what-if re-runs the rules too
+    for log, changes in ((EXAMPLE, ("kv_cache_dtype=fp8_e4m3",)), (EXAMPLE, ("mem_fraction_static=0.99",
+                                                                              "max_running_requests=8")),
+                         (FIXTURES / "vllm_v011_oom_capture.log", ("gpu_memory_utilization=0.5",))):
+        out.append(pytest.param(str(log), {"what_if": parse_what_if(changes)},
+                                id=f"what-if/{log.name}/{'+'.join(changes)}"))
     return out
 
 
@@ -110,7 +119,9 @@ def test_every_conclusion_cites_what_its_rule_read_and_one_pass_is_the_fixpoint(
     monkeypatch.setattr(engine, "fire", fire)
     a = analyse(path, **kw)
     monkeypatch.undo()
-    uncited = [(d.rule, f"{d.topic}:{d.key}", f"{p.topic}:{p.key}") for d in a.knowledge.derived.values()
+    what_if = a.knowledge.get("what_if")
+    runs = [a.knowledge] + ([what_if.detail["then"]] if what_if is not None and "then" in what_if.detail else [])
+    uncited = [(d.rule, f"{d.topic}:{d.key}", f"{p.topic}:{p.key}") for kb in runs for d in kb.derived.values()
                for p in read.get(id(d), ()) if not any(p is q for q in d.premises)]
     assert not uncited
     assert read, "the instrumented knowledge base saw no rule fire"

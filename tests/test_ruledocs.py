@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from capdiag import ruledocs
-from capdiag.rules import FINDINGS, find_rule
+from capdiag.rules import DERIVATIONS, FINDINGS, find_rule
 from helpers import fixture, run_entry
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
@@ -65,6 +65,38 @@ def test_cli_prints_one_rule(monkeypatch, capsys):
 def test_cli_unknown_rule_is_exit_2(monkeypatch, capsys):
     code, _, err = run_entry(monkeypatch, capsys, "rules", "no-such-rule")
     assert code == 2 and err.startswith("capdiag: error: no rule named")
+
+
+DERIVE = [r for r in DERIVATIONS if ruledocs.kind(r) == "derive"]
+
+
+@pytest.mark.parametrize("r", DERIVE, ids=[r.name for r in DERIVE])
+def test_derivation_rule_is_documented(r):
+    """rules/derive/ holds the core formulas: each rule says what it concludes, how, and an example."""
+    sections = ruledocs.sections(r)
+    assert set(sections) == set(ruledocs.DERIVATION_SECTIONS)
+    assert all(len(text) > 20 for text in sections.values())
+    assert all(f"`{c.topic}" in sections["What it concludes"] for c in r.conclusions), r.name
+
+
+def test_the_folder_says_what_a_rule_is():
+    assert {ruledocs.kind(r) for r in FINDINGS} == {"finding"}
+    assert {ruledocs.kind(r) for r in DERIVATIONS} == {"derive", "what-if", "plan", "diff"}
+    assert len(DERIVE) == 46 and len({r.name for r in DERIVATIONS}) == len(DERIVATIONS)
+
+
+def test_cli_lists_and_prints_derivation_rules(monkeypatch, capsys):
+    code, out, _ = run_entry(monkeypatch, capsys, "rules", "--derivations")
+    rows = out.splitlines()
+    assert code == 0 and len(rows) == len(DERIVATIONS)
+    assert any(row.split()[:2] == ["derive", "breakdown.weights"] for row in rows)
+    assert any(row.split()[:2] == ["what-if", "what-if.sglang"] for row in rows)
+    assert any(row.split()[:2] == ["plan", "plan.kv-per-token"] for row in rows)
+    code, out, _ = run_entry(monkeypatch, capsys, "rules", "kv-pool.budget")
+    assert code == 0
+    assert out.startswith("kv-pool.budget (derive rule; concludes kv_pool:budget_gib, kv_pool:headroom_gib)")
+    assert "How:\n  The KV budget SGLang sized the pool from: free memory after weights minus" in out
+    assert out.index("What it concludes:") < out.index("How:") < out.index("Example:")
 
 
 def test_trace_prints_firings_to_stderr(monkeypatch, capsys):

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from capdiag import cache, launcher
 from capdiag.cli import main
-from capdiag.parsing.lalr import lalr_parser
+from capdiag.parsing import lalr
+from capdiag.parsing.lalr import grammar_sources, lalr_parser
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "capdiag" / "examples" / "sglang-llama31-8b-h100.log"
 LINE = "[2026-03-02 09:14:19] KV Cache is allocated. #tokens: 415615, K size: 25.37 GB, V size: 25.37 GB"
@@ -35,6 +36,30 @@ def test_other_options_are_another_cache_entry(tmp_path, monkeypatch):
     lalr_parser("sglang.lark", lexer="contextual")
     lalr_parser("sglang.lark", lexer="basic")
     assert len(_cached(tmp_path)) == 2
+
+
+def test_an_edit_to_the_shared_grammar_is_another_cache_entry(tmp_path, monkeypatch):
+    """The key covers what `%import .common` pulls in, not only the grammar's own text."""
+    assert set(grammar_sources("vllm.lark")) == {"vllm.lark", "common.lark"}
+    assert set(grammar_sources("pyliteral.lark")) == {"pyliteral.lark"}  # `%import common.X` is Lark's own
+    monkeypatch.setenv("CAPDIAG_CACHE_DIR", str(tmp_path))
+    lalr_parser("sglang.lark", lexer="contextual")
+    real = lalr.grammar_sources
+
+    def edited(name):
+        return {n: text + "\n// edited" if n == "common.lark" else text for n, text in real(name).items()}
+    monkeypatch.setattr(lalr, "grammar_sources", edited)
+    assert lalr_parser("sglang.lark", lexer="contextual").parse(LINE)
+    assert len(_cached(tmp_path)) == 2
+
+
+def test_every_grammar_builds_without_a_cache(tmp_path, monkeypatch):
+    """Built afresh, each grammar finds its imports: ours beside it, Lark's own library."""
+    monkeypatch.setenv("CAPDIAG_CACHE_DIR", str(tmp_path / "shared"))
+    (tmp_path / "shared").mkdir(mode=0o777)
+    os.chmod(tmp_path / "shared", 0o777)  # a cache open to others is not used
+    for grammar in ("sglang.lark", "vllm.lark", "pyliteral.lark", "traceback.lark", "nvidia_smi.lark"):
+        assert lalr_parser(grammar).terminals
 
 
 def test_a_directory_open_to_others_is_not_used(tmp_path, monkeypatch):

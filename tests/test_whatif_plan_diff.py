@@ -80,6 +80,75 @@ def test_foreign_key_and_unknown_fraction_are_not_projected():
     assert "mem_fraction_static" in changes["mem_fraction_static"]  # the fraction is not stated: nothing assumed
 
 
+# ---- what-if: the counterfactual run (the same rules, re-run on the projected start-up) --------
+
+def counterfactual(path: str, *changes: str, **options):
+    """(the analysis, its what_if report section, the counterfactual knowledge base)."""
+    a = analyse(path, what_if=parse_what_if(changes), **options)
+    return a, build(a)["what_if"], a.knowledge.get("what_if").detail["then"]
+
+
+def test_fp8_kv_makes_fp8_kv_opportunity_go_away_on_the_example():
+    a, p, then = counterfactual(EXAMPLE, "kv_cache_dtype=fp8_e4m3")
+    base = a.knowledge.get("finding", "fp8-kv-opportunity")
+    assert base is not None and base.detail == {} and "torch.bfloat16" in base.message  # it fires today
+    assert p["findings_disappear"] == ["fp8-kv-opportunity"] and p["findings_appear"] == []
+    assert then.get("kv_pool", "dtype").value == "fp8_e4m3"
+    assert then.get("kv_pool", "tokens").value == 831136 == p["max_total_num_tokens"]
+    assert then.get("kv_pool", "bytes_per_token").value == 65544  # 131087 / 2, rounded
+    # the rule was judged and stayed quiet: neither a finding nor "could not judge"
+    assert then.get("finding", "fp8-kv-opportunity") is None and then.get("not_judged", "fp8-kv-opportunity") is None
+    # excess-headroom stays, re-worded by its own rule from the projected free memory
+    assert then.get("breakdown", "free").value == 11.95
+    assert then.get("finding", "excess-headroom").message.startswith("11.95 GiB is still free after start-up")
+    assert any(d is base for d in a.knowledge.get("what_if").premises)  # the finding that goes away is cited
+
+
+def test_a_fraction_near_one_raises_thin_headroom_and_clears_excess_headroom():
+    rest = 63.44 - 78.43 * (1 - 0.99)  # 62.6557 GiB
+    tokens = int(rest * (1 << 30) // 131087)
+    _, p, then = counterfactual(EXAMPLE, "mem_fraction_static=0.99")
+    assert p["max_total_num_tokens"] == tokens == 513216
+    assert p["free_after_capture_gib"] == round(11.94 - (round(tokens * 131087 / (1 << 30), 2) - 50.74), 2) == 0.02
+    assert p["findings_appear"] == ["thin-headroom"] and p["findings_disappear"] == ["excess-headroom"]
+    assert then.get("finding", "thin-headroom").detail == {"free_gib": 0.02}
+    assert then.get("config", "mem_fraction_static").value == 0.99
+
+
+def test_a_lower_request_limit_raises_request_limit_binds():
+    _, p, then = counterfactual(EXAMPLE, "max_running_requests=8")
+    assert p["findings_appear"] == ["request-limit-binds"] and p["findings_disappear"] == []
+    assert [row["max_concurrent"] for row in p["concurrency"]] == [8, 8, 8]
+    assert then.get("kv_pool", "tokens").value == 415615  # the pool is not re-sized for a request limit
+    assert "4096 tokens: 101 fit, 8 allowed" in then.get("finding", "request-limit-binds").message
+
+
+def test_a_longer_context_raises_context_exceeds_kv():
+    _, p, then = counterfactual(EXAMPLE, "context_len=300000")
+    assert p["findings_appear"] == ["context-exceeds-kv"]
+    f = then.get("finding", "context-exceeds-kv")
+    assert f.severity == "info" and f.detail == {"fit": 1} and "415615 tokens" in f.message
+
+
+def test_vllm_counterfactual_runs_both_ways():
+    # v0.11 OOM in capture at 0.97 of 22.03 GiB: at 0.5 the budget (11.02 GiB) is below the weights
+    _, p, then = counterfactual(fixture("vllm_v011_oom_capture.log"), "gpu_memory_utilization=0.5")
+    assert p["findings_appear"] == ["low-concurrency", "weights-exceed-budget"]
+    assert p["findings_disappear"] == ["thin-headroom"]
+    assert then.get("breakdown", "budget").value == 11.02 and then.get("kv_pool", "tokens").value == 0
+    _, p, _ = counterfactual(fixture("vllm_v064_max_seq_len.log"), "gpu_memory_utilization=0.97")
+    assert p["findings_appear"] == ["thin-headroom"] and p["free_after_capture_gib"] == 0.71
+    _, p, then = counterfactual(fixture("vllm_v073_v0_tp1.log"), "kv_cache_dtype=fp8")
+    assert p["findings_disappear"] == ["fp8-kv-opportunity"] and p["kv_cache_tokens"] == 897536
+    assert then.get("kv_pool", "dtype").value == "fp8"
+
+
+def test_nothing_projected_runs_no_counterfactual():
+    a = analyse(fixture("mfs_unstated_elided.log"), what_if=parse_what_if(("mem_fraction_static=0.9",)))
+    p = build(a)["what_if"]
+    assert "findings_appear" not in p and "then" not in a.knowledge.get("what_if").detail
+
+
 @pytest.mark.parametrize("item, message", [("nope=1", "use KEY=VALUE"), ("mem_fraction_static=2", "between 0 and 1"),
                                            ("tp_size=two", "takes int"), ("page_size=0", "positive")])
 def test_bad_what_if_is_an_input_error(item, message):

@@ -11,3 +11,4 @@ from capdiag.facts.inputs import *  # noqa: F401,F403
 from capdiag.facts.sglang import *  # noqa: F401,F403
 from capdiag.facts.vllm import *  # noqa: F401,F403
 from capdiag.facts.runtime import *  # noqa: F401,F403
+from capdiag.facts.kinds import INPUT_KINDS, KEYWORDS, KINDS, OBSERVED, kinds_in_phase, kinds_where  # noqa: F401

@@ -84,8 +84,32 @@ class Fact:
     role: str = "target"
     role_stated: bool = False  # the line itself says target/draft (v0.5.14+ graph lines)
 
+    # What a line kind declares about itself, once, beside its fields; capdiag.facts.kinds
+    # gathers these into the tables the other layers use (the prefilter's keyword list, the
+    # launch splitting, the report's per-rank `observed` keys) and a test checks them.
     # the start-up phase a line of this kind shows was reached (None: says nothing about it)
     PHASE: ClassVar[Optional[str]] = None
+    # the framework whose own kind it is (None: both print it, or it is no log line)
+    FRAMEWORK: ClassVar[Optional[str]] = None
+    # every line of the kind holds one of these (any case): the source's prefilter lets it through
+    KEYWORDS: ClassVar[tuple[str, ...]] = ()
+    # printed by the launching process, or naming no process: says nothing about which rank runs
+    RANK_NEUTRAL: ClassVar[bool] = False
+    # opens a start-up: once per-rank lines have been seen, it opens the next one
+    OPENS_LAUNCH: ClassVar[bool] = False
+    # a rank begins its start-up: again after the start-up ended, or a third time, is a restart
+    BEGINS_RANK: ClassVar[bool] = False
+    # says the start-up failed
+    FAILS_STARTUP: ClassVar[bool] = False
+    # under speculative decoding, how the draft worker's line of the kind is told from the
+    # target's: "order" (a rank's second line of the kind is the draft's), "pool" (the line
+    # belongs to the worker whose `Memory pool end` closes it); None: the target's
+    DRAFT_BY: ClassVar[Optional[str]] = None
+    # (attribute, observed key): the printed figures the report files under a rank's `observed`
+    # (an attribute `values.k` reads key k of the fact's `values`). The kinds' declaration order
+    # (module by module: base, failures, sglang, vllm) is the order a rank's keys are listed in,
+    # and where two kinds fill one key, the kind declared first is the preferred statement.
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     @property
     def kind(self) -> str:
@@ -96,6 +120,7 @@ class Fact:
 
 @attrs.frozen(kw_only=True)
 class ServerReady(Fact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("ready to roll", "Application startup complete")
     PHASE: ClassVar[str] = "ready"
 
 
@@ -104,6 +129,11 @@ class LaunchCommand(Fact):
     """The command that started the server (`python -m sglang.launch_server …`, `vllm serve MODEL …`),
     as pasted into the log."""
 
+    # a shell command, or an argument vector printed as a Python list (a Ray actor's argv): its
+    # opening and its options
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("-m sglang", "sglang serve", "vllm serve", "-m vllm.", "vllm-openai", "docker run",
+                                           "['", '["', "'--", '"--')
+    RANK_NEUTRAL: ClassVar[bool] = True
     program: str
     args: dict[str, Optional[str]]  # option name with dashes as underscores -> value
 
@@ -112,6 +142,15 @@ class LaunchCommand(Fact):
 class OutOfMemory(Fact):
     """PyTorch's CUDA out-of-memory message; `gpu` is the device index it names."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("out of memory",)
+    FAILS_STARTUP: ClassVar[bool] = True
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("tried_to_allocate_mib", "oom_tried_to_allocate_mib"),
+        ("total_capacity_gib", "oom_total_capacity_gib"),
+        ("free_mib", "oom_free_mib"),
+        ("process_in_use_gib", "oom_process_in_use_gib"),
+        ("allocated_by_pytorch_gib", "oom_allocated_by_pytorch_gib"),
+        ("reserved_unallocated_mib", "oom_reserved_unallocated_mib"))
     gpu: Optional[int] = None
     tried_to_allocate_mib: Optional[float] = None
     total_capacity_gib: Optional[float] = None
@@ -125,6 +164,7 @@ class OutOfMemory(Fact):
 class DeviceName(Fact):
     """The GPU name torch reports, as embedded in a MoE kernel-config file name."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("device_name=",)
     name: str
 
 
@@ -133,4 +173,5 @@ class UnreadLine(Fact):
     """A line of a known kind that could not become a fact (a number out of range, a value
     nested too deep, …): skipped, and named in the report with the reason."""
 
+    RANK_NEUTRAL: ClassVar[bool] = True
     reason: str

@@ -5,7 +5,7 @@ for a line without a prefix. capdiag/failures.py assembles them into tracebacks.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 import attrs
 
@@ -16,6 +16,7 @@ from capdiag.facts.base import Fact
 class TracebackStart(Fact):
     """`Traceback (most recent call last):` — also after SGLang's `Scheduler hit an exception:`."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Traceback (most recent call last)",)
     process: Optional[str] = None
 
 
@@ -23,6 +24,7 @@ class TracebackStart(Fact):
 class TracebackFrame(Fact):
     """`File "…/model_runner.py", line 412, in initialize`: one frame of a traceback."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ('File "',)
     process: Optional[str] = None
     path: str
     lineno: int
@@ -35,6 +37,7 @@ class ExceptionChained(Fact):
     the direct cause of the following exception:", `context` for "During handling of the above
     exception, another exception occurred:"."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Exception",)
     process: Optional[str] = None
     link: str
 
@@ -43,6 +46,7 @@ class ExceptionChained(Fact):
 class ExceptionIgnored(Fact):
     """`Exception ignored in: <function …__del__ …>`: the traceback after it is a clean-up's."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Exception",)
     process: Optional[str] = None
 
 
@@ -50,6 +54,7 @@ class ExceptionIgnored(Fact):
 class ExceptionRaised(Fact):
     """The last line of a traceback: `pkg.ExceptionType: message` (or the bare type)."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Error", "Exception", "Exit", "Interrupt", "Failure", "Timeout")
     process: Optional[str] = None
     type: str
     message: str = ""
@@ -60,6 +65,7 @@ class ValidationDetail(Fact):
     """pydantic's reason line under `ValidationError: N validation error for …`:
     `Value error, <message> [type=value_error, …]`."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Value error,",)
     process: Optional[str] = None
     message: str
 
@@ -68,6 +74,7 @@ class ValidationDetail(Fact):
 class ProcessKilled(Fact):
     """A bare `Killed` (the shell reporting SIGKILL, usually the kernel's out-of-memory killer)."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Killed",)
     process: Optional[str] = None
 
 
@@ -76,4 +83,5 @@ class ChildFailed(Fact):
     """A parent noticing that a child died: SGLang's `Received sigquit from a child process. It
     usually means the child failed.` — always a consequence."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("sigquit",)
     process: Optional[str] = None

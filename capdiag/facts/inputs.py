@@ -7,6 +7,7 @@ from typing import Any, Optional
 import attrs
 
 from capdiag.facts.base import Fact
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
 @attrs.frozen(kw_only=True)
@@ -38,7 +39,7 @@ class Options(Fact):
     framework."""
 
     target_rank: Optional[str] = None  # "3", "tp3", "pp1", "dp2,tp0" …
-    token_lengths: tuple[int, ...] = (4096, 6144, 8192)
+    token_lengths: tuple[int, ...] = DEFAULT_TOKEN_LENGTHS
     framework: Optional[str] = None  # the framework whose log this is (detected or --framework)
 
 

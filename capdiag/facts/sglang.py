@@ -1,4 +1,8 @@
-"""SGLang line kinds: one small frozen class per kind of memory line SGLang prints."""
+"""SGLang line kinds: one small frozen class per kind of memory line SGLang prints.
+
+The order of the classes is the order a rank's `observed` keys are listed in the report, and
+where two kinds fill one key the earlier is preferred (Fact.OBSERVED).
+"""
 from __future__ import annotations
 
 from typing import Any, ClassVar, Optional
@@ -8,12 +12,22 @@ import attrs
 from capdiag.facts.base import Fact
 
 
+@attrs.frozen(kw_only=True)
+class SGLangFact(Fact):
+    """A line kind only SGLang prints."""
+
+    FRAMEWORK: ClassVar[Optional[str]] = "sglang"
+
+
 # ---- main-process lines -----------------------------------------------------------------
 
 @attrs.frozen(kw_only=True)
-class ServerArgs(Fact):
+class ServerArgs(SGLangFact):
     """`server_args=ServerArgs(...)` or `server_args={...}`: the resolved configuration."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("server_args",)
+    RANK_NEUTRAL: ClassVar[bool] = True
+    OPENS_LAUNCH: ClassVar[bool] = True
     fields: dict[str, Any]
     style: str  # "repr" or "dict"
     truncated_at: Optional[int] = None  # character offset where a damaged line stops
@@ -21,9 +35,11 @@ class ServerArgs(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class ModelPathHint(Fact):
+class ModelPathHint(SGLangFact):
     """A model path named outside server_args (HF snapshot or tokenizer lines)."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("HF snapshot", "Tokenizer for")
+    RANK_NEUTRAL: ClassVar[bool] = True
     path: str
     source: str
 
@@ -31,26 +47,23 @@ class ModelPathHint(Fact):
 # ---- scheduler (per-rank) lines ----------------------------------------------------------
 
 @attrs.frozen(kw_only=True)
-class TorchDistributedBegin(Fact):
-    PHASE: ClassVar[str] = "init"
-
-
-@attrs.frozen(kw_only=True)
-class TorchDistributedEnd(Fact):
-    PHASE: ClassVar[str] = "init"
-    mem_usage_gib: Optional[float] = None
-    elapsed_s: Optional[float] = None
-
-
-@attrs.frozen(kw_only=True)
-class LoadWeightBegin(Fact):
+class LoadWeightBegin(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Load weight",)
+    BEGINS_RANK: ClassVar[bool] = True
     PHASE: ClassVar[str] = "weights"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("avail_gib", "load_weight_begin_avail_gib"),)
+    DRAFT_BY: ClassVar[Optional[str]] = "order"
     avail_gib: float
 
 
 @attrs.frozen(kw_only=True)
-class LoadWeightEnd(Fact):
+class LoadWeightEnd(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Load weight",)
     PHASE: ClassVar[str] = "weights"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("avail_gib", "load_weight_end_avail_gib"),
+        ("mem_usage_gib", "weight_mem_usage_gib"))
+    DRAFT_BY: ClassVar[Optional[str]] = "order"
     avail_gib: Optional[float] = None
     mem_usage_gib: Optional[float] = None
     model_class: Optional[str] = None
@@ -60,15 +73,35 @@ class LoadWeightEnd(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class WeightsCommitted(Fact):
+class TorchDistributedBegin(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("distributed begin",)
+    BEGINS_RANK: ClassVar[bool] = True
+    PHASE: ClassVar[str] = "init"
+
+
+@attrs.frozen(kw_only=True)
+class TorchDistributedEnd(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("distributed ends",)
+    PHASE: ClassVar[str] = "init"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("mem_usage_gib", "torch_distributed_mem_usage_gib"),)
+    DRAFT_BY: ClassVar[Optional[str]] = "order"
+    mem_usage_gib: Optional[float] = None
+    elapsed_s: Optional[float] = None
+
+
+@attrs.frozen(kw_only=True)
+class WeightsCommitted(SGLangFact):
     """`--startup-weight-load-mode overlap`: the end line with no memory fields."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Load weight",)
     PHASE: ClassVar[str] = "graph_capture"
 
 
 @attrs.frozen(kw_only=True)
-class KVCacheAllocated(Fact):
+class KVCacheAllocated(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("KV Cache is allocated", "KV Cache VA upper bound")
     PHASE: ClassVar[str] = "kv_pool"
+    DRAFT_BY: ClassVar[Optional[str]] = "pool"
     label: Optional[str] = None  # "Full", "SWA" (v0.5.17+) or None
     dtype: Optional[str] = None
     tokens: Optional[int] = None
@@ -87,20 +120,23 @@ class KVCacheAllocated(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class SWAKVPoolUsage(Fact):
-    """Sum of the Full and SWA sub-pools: never add it to them."""
-
+class MemoryPoolEnd(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Memory pool end",)
     PHASE: ClassVar[str] = "kv_pool"
-
-    gib: Optional[float] = None
-    swa_size: Optional[int] = None
-    full_size: Optional[int] = None
-    va_upper_bound: bool = False
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("avail_gib", "memory_pool_end_avail_gib"),)
+    DRAFT_BY: ClassVar[Optional[str]] = "order"
+    avail_gib: float
 
 
 @attrs.frozen(kw_only=True)
-class MambaCacheAllocated(Fact):
+class MambaCacheAllocated(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Mamba Cache",)
     PHASE: ClassVar[str] = "kv_pool"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("max_cache_size", "mamba_max_cache_size"),
+        ("conv_gib", "mamba_conv_state_gib"),
+        ("ssm_gib", "mamba_ssm_state_gib"))
+    DRAFT_BY: ClassVar[Optional[str]] = "pool"
     max_cache_size: Optional[int] = None
     conv_gib: Optional[float] = None
     ssm_gib: Optional[float] = None
@@ -116,13 +152,8 @@ class MambaCacheAllocated(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class MemoryPoolEnd(Fact):
-    PHASE: ClassVar[str] = "kv_pool"
-    avail_gib: float
-
-
-@attrs.frozen(kw_only=True)
-class GraphCaptureBegin(Fact):
+class GraphCaptureBegin(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("graph begin",)
     PHASE: ClassVar[str] = "graph_capture"
     graph: str  # "decode", "verify", "prefill", "extend", "piecewise"
     device: str
@@ -130,7 +161,8 @@ class GraphCaptureBegin(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class GraphCaptureEnd(Fact):
+class GraphCaptureEnd(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("graph end",)
     PHASE: ClassVar[str] = "graph_capture"
     graph: str
     device: str
@@ -140,10 +172,100 @@ class GraphCaptureEnd(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class TokenBudget(Fact):
+class MemoryProfiling(SGLangFact):
+    """DeepSeek-V4 day-0 branch: `total_gpu_memory` is free memory before weights, not HBM."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Memory profiling",)
+    PHASE: ClassVar[str] = "kv_pool"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("available_gpu_memory_gib", "memory_profiling_available_gpu_memory_gib"),
+        ("total_gpu_memory_gib", "memory_profiling_total_gpu_memory_gib"),
+        ("rest_memory_gib", "memory_profiling_rest_memory_gib"))
+
+    available_gpu_memory_gib: Optional[float] = None
+    total_gpu_memory_gib: Optional[float] = None
+    mem_fraction_static: Optional[float] = None
+    rest_memory_gib: Optional[float] = None
+
+
+@attrs.frozen(kw_only=True)
+class DSV4MemoryCalculation(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("memory calculation", "pool sizes")
+    PHASE: ClassVar[str] = "kv_pool"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("available_bytes_gib", "dsv4_available_bytes_gib"),
+        ("full_token", "dsv4_full_token"),
+        ("bytes_per_full_token", "dsv4_bytes_per_full_token"))
+    bytes_per_full_token: Optional[float] = None
+    available_bytes_gib: Optional[float] = None
+    full_token: Optional[int] = None
+    fixed_gib: dict[str, float] = attrs.Factory(dict)  # c128_state_fixed, swa_fixed, …
+
+
+@attrs.frozen(kw_only=True)
+class SWAKVPoolUsage(SGLangFact):
+    """Sum of the Full and SWA sub-pools: never add it to them."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("SWAKVPool",)
+    PHASE: ClassVar[str] = "kv_pool"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("gib", "swa_kv_pool_mem_usage_gib"),
+        ("full_size", "swa_kv_pool_full_size"),
+        ("swa_size", "swa_kv_pool_swa_size"))
+    DRAFT_BY: ClassVar[Optional[str]] = "pool"
+
+    gib: Optional[float] = None
+    swa_size: Optional[int] = None
+    full_size: Optional[int] = None
+    va_upper_bound: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class PostCaptureKVSizing(SGLangFact):
+    """The final KV bytes actually backed when post-capture sizing is on (v0.5.17+)."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Post-capture KV sizing",)
+    PHASE: ClassVar[str] = "graph_capture"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("kv_gib", "post_capture_kv_size_gib"),
+        ("tokens", "post_capture_kv_tokens"))
+
+    dtype: Optional[str] = None
+    tokens: Optional[int] = None
+    kv_gib: Optional[float] = None
+    avail_gib: Optional[float] = None
+
+
+@attrs.frozen(kw_only=True)
+class KVCacheDtype(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("KV cache dtype",)
+    dtype: str
+
+
+@attrs.frozen(kw_only=True)
+class KVAvailableMemory(SGLangFact):
+    """`The available memory for KV cache is X GB.` (Ascend builds): what the pool is sized
+    from on this rank; negative when the weights left nothing."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("available memory for KV cache",)
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("gib", "kv_available_memory_gib"),)
+    DRAFT_BY: ClassVar[Optional[str]] = "pool"
+    gib: float
+
+
+@attrs.frozen(kw_only=True)
+class TokenBudget(SGLangFact):
     """`max_total_num_tokens=…, max_running_requests=…, context_len=…, available_gpu_mem=…`."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("max_total_num_tokens",)
     PHASE: ClassVar[str] = "graph_capture"
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("max_total_num_tokens", "max_total_num_tokens"),
+        ("max_running_requests", "max_running_requests"),
+        ("context_len", "context_len"),
+        ("chunked_prefill_size", "chunked_prefill_size"),
+        ("available_gpu_mem_gib", "available_gpu_mem_gib"),
+        ("available_cpu_mem_gib", "available_cpu_mem_gib"))
 
     max_total_num_tokens: int
     chunked_prefill_size: Optional[int] = None
@@ -155,74 +277,36 @@ class TokenBudget(Fact):
 
 
 @attrs.frozen(kw_only=True)
-class MemoryProfiling(Fact):
-    """DeepSeek-V4 day-0 branch: `total_gpu_memory` is free memory before weights, not HBM."""
-
-    PHASE: ClassVar[str] = "kv_pool"
-
-    available_gpu_memory_gib: Optional[float] = None
-    total_gpu_memory_gib: Optional[float] = None
-    mem_fraction_static: Optional[float] = None
-    rest_memory_gib: Optional[float] = None
-
-
-@attrs.frozen(kw_only=True)
-class DSV4MemoryCalculation(Fact):
-    PHASE: ClassVar[str] = "kv_pool"
-    bytes_per_full_token: Optional[float] = None
-    available_bytes_gib: Optional[float] = None
-    full_token: Optional[int] = None
-    fixed_gib: dict[str, float] = attrs.Factory(dict)  # c128_state_fixed, swa_fixed, …
-
-
-@attrs.frozen(kw_only=True)
-class PostCaptureKVSizing(Fact):
-    """The final KV bytes actually backed when post-capture sizing is on (v0.5.17+)."""
-
-    PHASE: ClassVar[str] = "graph_capture"
-
-    dtype: Optional[str] = None
-    tokens: Optional[int] = None
-    kv_gib: Optional[float] = None
-    avail_gib: Optional[float] = None
-
-
-@attrs.frozen(kw_only=True)
-class KVCacheDtype(Fact):
-    dtype: str
-
-
-@attrs.frozen(kw_only=True)
-class KVAvailableMemory(Fact):
-    """`The available memory for KV cache is X GB.` (Ascend builds): what the pool is sized
-    from on this rank; negative when the weights left nothing."""
-
-    gib: float
-
-
-@attrs.frozen(kw_only=True)
-class SlidingWindowSplit(Fact):
+class SlidingWindowSplit(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("sliding window memory pool",)
     full_layer_tokens: Optional[int] = None
     swa_layer_tokens: Optional[int] = None
 
 
 @attrs.frozen(kw_only=True)
-class NotEnoughMemory(Fact):
+class NotEnoughMemory(SGLangFact):
     """SGLang's start-up refusal: the KV pool cannot be sized under mem_fraction_static."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Not enough memory", "leave no GPU memory")
+    FAILS_STARTUP: ClassVar[bool] = True
 
 @attrs.frozen(kw_only=True)
-class SchedulerException(Fact):
+class SchedulerException(SGLangFact):
     """`Scheduler hit an exception`: a scheduler process died during start-up."""
 
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("hit an exception",)
+    FAILS_STARTUP: ClassVar[bool] = True
 
 @attrs.frozen(kw_only=True)
-class DeepGEMMActivity(Fact):
+class DeepGEMMActivity(SGLangFact):
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("DeepGEMM", "Required memory for warmup")
     required_gib: Optional[float] = None
     available_gib: Optional[float] = None
 
 
 @attrs.frozen(kw_only=True)
-class KernelCacheNote(Fact):
+class KernelCacheNote(SGLangFact):
     """v0.5.18+: `Compiled-kernel caches now live under SGLANG_CACHE_DIR (…)` — legacy cache
     directories exist, so this node's caches were built by an older release."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("SGLANG_CACHE_DIR",)

@@ -19,7 +19,8 @@ from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.sglang import parse_sglang_line
 from capdiag.parsing.traceback import parse_traceback_line
 from capdiag.parsing.vllm import parse_vllm_line
-from capdiag.source import KEYWORDS, TRACEBACK_KEYWORDS, Line
+from capdiag.facts.kinds import KEYWORDS, TRACEBACK_KEYWORDS
+from capdiag.source import Line
 
 FRAMEWORKS = ("sglang", "vllm")
 
@@ -109,8 +110,7 @@ def build_parsers() -> None:
 
 def framework_of(fact: F.Fact) -> Optional[str]:
     """The framework whose own line kind a fact is; None for kinds both print."""
-    module = type(fact).__module__
-    return next((name for name in FRAMEWORKS if module.endswith("." + name)), None)
+    return type(fact).FRAMEWORK
 
 
 class FrameworkVotes:

@@ -2,25 +2,45 @@
 
 Building the log grammars' parsers is most of a small log's run time; loading the built tables
 is a quarter of that. A cached parser is keyed by everything that shapes it — the grammar's
-text, the options, Lark's version and Python's — so an edited grammar or an upgrade is never
+text and the text of every grammar it `%import`s (grammar/common.lark), the options, Lark's
+version and Python's — so an edited grammar, an edited shared grammar or an upgrade is never
 answered from an old one; the cache's trust rules are capdiag.cache's.
 """
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 
 import lark
 from lark import Lark
+from lark.load_grammar import FromPackageLoader
 
 from capdiag.cache import cache_dir, trusted, write_atomically
-from capdiag.resources import grammar_text
+
+_PACKAGE = "capdiag.grammar"
+# `%import .common (…)`: a grammar beside this one (Lark's own library is imported without the dot)
+_LOCAL_IMPORT = re.compile(r"^%import\s+\.(\w+)", re.MULTILINE)
+
+
+def grammar_sources(grammar: str) -> dict[str, str]:
+    """The text of grammar file `grammar` and of every grammar beside it that it imports, by name."""
+    load = FromPackageLoader(_PACKAGE)
+    sources: dict[str, str] = {}
+    pending = [grammar]
+    while pending:
+        name = pending.pop()
+        if name not in sources:
+            sources[name] = load(None, name)[1]
+            pending.extend(f"{imported}.lark" for imported in _LOCAL_IMPORT.findall(sources[name]))
+    return sources
 
 
 def lalr_parser(grammar: str, **options) -> Lark:
     """The LALR parser of grammar file `grammar` (capdiag/grammar) with Lark `options`."""
-    text = grammar_text(grammar)
-    key = hashlib.sha256(repr((text, sorted(options.items()), lark.__version__, sys.version_info[:2])).encode())
+    sources = grammar_sources(grammar)
+    key = hashlib.sha256(repr((sorted(sources.items()), sorted(options.items()), lark.__version__,
+                               sys.version_info[:2])).encode())
     directory = cache_dir()
     path = directory / f"{grammar}.{key.hexdigest()[:24]}.lalr" if directory else None
     if path is not None:
@@ -30,7 +50,10 @@ def lalr_parser(grammar: str, **options) -> Lark:
                     return Lark.load(fh)
         except Exception:  # none yet, or a damaged one: build afresh (and replace it)
             pass
-    parser = Lark(text, parser="lalr", **options)
+    # the package loader resolves `%import .common` beside the grammar, inside a wheel too; it
+    # searches nothing for an import without the dot, which stays Lark's (`%import common.INT`)
+    source, text = FromPackageLoader(_PACKAGE)(None, grammar)
+    parser = Lark(text, parser="lalr", source_path=source, import_paths=[FromPackageLoader(_PACKAGE, ())], **options)
     if path is not None:
         try:
             write_atomically(path, parser.save)

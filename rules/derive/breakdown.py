@@ -8,15 +8,13 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
+from capdiag.vocabulary import HELD_SINCE_WEIGHTS
 
 # the lines each reading draws on (its declared reads)
 _WEIGHT_LINES = (F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.WeightsCommitted)
 _KV_LINES = (F.PostCaptureKVSizing, F.KVCacheAllocated, F.SWAKVPoolUsage, F.DSV4MemoryCalculation, F.LoadWeightEnd,
              F.MemoryPoolEnd, F.MambaCacheAllocated)
 _GRAPH_LINES = (F.GraphCaptureEnd, F.GraphCaptureBegin, F.ServerArgs)
-# what holds memory between the weights load and the end of start-up, besides what is free
-_HELD_SINCE_WEIGHTS = ("weights", "kv_cache", "cuda_graph", "mamba_state", "draft_weights", "draft_kv_cache",
-                       "draft_cuda_graph")
 
 
 def row(category, value, status, rule_name, premises, formula):
@@ -50,10 +48,16 @@ def _weights(kb, rank, role, category, rule_name):
       reads=(*_WEIGHT_LINES, "target_rank"),
       concludes=("breakdown:weights",))
 def weights(kb):
-    """Weights: the `mem usage` of `Load weight end`, else free memory before the load minus
-    free memory after it (from `Load weight begin/end`, or the DeepSeek-V4 branch's `Memory
-    profiling:` line, whose total_gpu_memory is the free memory before weights). With `--startup-weight-load-mode overlap` the end line has no
-    figure, and the row stays unknown rather than trusting a short load time."""
+    """What it concludes: `breakdown.weights`: the GiB the target model's weights took on the rank.
+
+    How: The `mem usage` of `Load weight end`, else free memory before the load minus free memory
+    after it (from `Load weight begin/end`, or the DeepSeek-V4 branch's `Memory profiling:` line,
+    whose total_gpu_memory is the free memory before weights). With `--startup-weight-load-mode
+    overlap` the end line has no figure, and the row stays unknown rather than trusting a short load
+    time.
+
+    Example: `Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=63.44 GB, mem
+    usage=14.99 GB.`"""
     rank = target(kb)
     if rank is not None:
         yield _weights(kb, rank, "target", "weights", "breakdown.weights")
@@ -63,7 +67,13 @@ def weights(kb):
       reads=(*_WEIGHT_LINES, "target_rank"),
       concludes=("breakdown:draft_weights",))
 def draft_weights(kb):
-    """Draft weights (speculative decoding): the draft worker's own weight-load lines."""
+    """What it concludes: `breakdown.draft_weights`: the GiB of a speculative-decoding draft model's
+    weights.
+
+    How: The draft worker's own weight-load lines.
+
+    Example: after the target's, the draft's `Load weight end. type=LlamaForCausalLMEagle, … mem
+    usage=1.00 GB.`"""
     rank = target(kb)
     if rank is not None and kb.of(F.LoadWeightBegin, F.LoadWeightEnd, rank=rank, role="draft"):
         yield _weights(kb, rank, "draft", "draft_weights", "breakdown.draft-weights")
@@ -112,11 +122,16 @@ def _kv(kb, rank, role, category, rule_name):
       reads=(*_KV_LINES, "target_rank"),
       concludes=("breakdown:kv_cache",))
 def kv_cache(kb):
-    """KV cache: the final `Post-capture KV sizing` size when post-capture sizing ran; else the
-    sum of the `KV Cache is allocated` lines (K+V, or KV for MLA; Full plus SWA sub-pools),
-    never the `VA upper bound` reservation; else the `SWAKVPool` total (never added to its
-    sub-pools); else DeepSeek-V4's `available_bytes`; else the drop in free memory across the
-    pool phase. The row says which."""
+    """What it concludes: `breakdown.kv_cache`: the GiB of the target model's KV pool on the rank.
+
+    How: The final `Post-capture KV sizing` size when post-capture sizing ran; else the sum of the
+    `KV Cache is allocated` lines (K+V, or KV for MLA; Full plus SWA sub-pools), never the `VA upper
+    bound` reservation; else the `SWAKVPool` total (never added to its sub-pools); else
+    DeepSeek-V4's `available_bytes`; else the drop in free memory across the pool phase. The row
+    says which.
+
+    Example: `KV Cache is allocated. #tokens: 415615, K size: 25.37 GB, V size: 25.37 GB`: 50.74
+    GiB."""
     rank = target(kb)
     if rank is not None:
         yield _kv(kb, rank, "target", "kv_cache", "breakdown.kv-cache")
@@ -126,7 +141,12 @@ def kv_cache(kb):
       reads=(*_KV_LINES, "target_rank"),
       concludes=("breakdown:draft_kv_cache",))
 def draft_kv_cache(kb):
-    """Draft KV cache: the draft worker's own KV lines (same #tokens as the target pool)."""
+    """What it concludes: `breakdown.draft_kv_cache`: the GiB of the draft model's KV pool.
+
+    How: The draft worker's own KV lines (same #tokens as the target pool).
+
+    Example: the draft's `KV Cache is allocated. #tokens: 300000, K size: 0.57 GB, V size: 0.57 GB`:
+    1.14 GiB."""
     rank = target(kb)
     if rank is not None:
         found = _kv(kb, rank, "draft", "draft_kv_cache", "breakdown.draft-kv-cache")
@@ -161,9 +181,13 @@ def _graphs(kb, rank, role, category, rule_name):
       reads=(*_GRAPH_LINES, "target_rank"),
       concludes=("breakdown:cuda_graph",))
 def cuda_graph(kb):
-    """CUDA graphs: the sum of `mem usage` over every capture of the target model on this rank
-    (decode or verify, prefill, piecewise). Each figure is a difference of two free-memory
-    readings, so it also holds whatever else allocated during capture."""
+    """What it concludes: `breakdown.cuda_graph`: the GiB CUDA-graph capture took on the rank.
+
+    How: The sum of `mem usage` over every capture of the target model on this rank (decode or
+    verify, prefill, piecewise). Each figure is a difference of two free-memory readings, so it also
+    holds whatever else allocated during capture.
+
+    Example: `Capture cuda graph end. Time elapsed: 7.31 s. mem usage=0.58 GB. avail mem=11.94 GB.`"""
     rank = target(kb)
     if rank is not None:
         yield _graphs(kb, rank, "target", "cuda_graph", "breakdown.cuda-graph")
@@ -173,8 +197,13 @@ def cuda_graph(kb):
       reads=(*_GRAPH_LINES, "target_rank"),
       concludes=("breakdown:draft_cuda_graph",))
 def draft_cuda_graph(kb):
-    """Draft CUDA graphs: every draft capture (decode, extend) on this rank. From v0.5.14 only
-    TP rank 0 prints them."""
+    """What it concludes: `breakdown.draft_cuda_graph`: the GiB of the draft model's CUDA-graph
+    captures.
+
+    How: Every draft capture (decode, extend) on this rank. From v0.5.14 only TP rank 0 prints them.
+
+    Example: the draft's `Capture cuda graph end. Time elapsed: 12.00 s. avail mem=22.10 GB. mem
+    usage=0.80 GB.`"""
     rank = target(kb)
     if rank is not None:
         found = _graphs(kb, rank, "draft", "draft_cuda_graph", "breakdown.draft-cuda-graph")
@@ -186,8 +215,12 @@ def draft_cuda_graph(kb):
       reads=(F.MambaCacheAllocated, "target_rank"),
       concludes=("breakdown:mamba_state",))
 def mamba_state(kb):
-    """Mamba state (hybrid linear-attention models): conv + SSM state (+ the speculative
-    intermediate caches) from `Mamba Cache is allocated`."""
+    """What it concludes: `breakdown.mamba_state`: the GiB of a hybrid linear-attention model's Mamba
+    state.
+
+    How: Conv + SSM state (+ the speculative intermediate caches) from `Mamba Cache is allocated`.
+
+    Example: `Mamba Cache is allocated. conv_state size: 1.00GB, ssm_state size: 3.00GB`: 4.00 GiB."""
     rank = target(kb)
     mamba = kb.first(F.MambaCacheAllocated, rank) if rank is not None else None
     if mamba is not None and mamba.total_gib is not None:
@@ -201,9 +234,14 @@ def mamba_state(kb):
       reads=(F.LoadWeightBegin, "target_rank", "gpu:total_gib"),
       concludes=("breakdown:framework",))
 def framework(kb):
-    """Framework: memory in use before the weights load — CUDA context, NCCL and custom
-    all-reduce buffers, and any other process on the GPU — as the GPU total minus the free
-    memory `Load weight begin` reports. Needs the GPU total (`--gpu` or `--gpu-total-gib`)."""
+    """What it concludes: `breakdown.framework`: the GiB in use before the weights load.
+
+    How: Memory in use before the weights load — CUDA context, NCCL and custom all-reduce buffers,
+    and any other process on the GPU — as the GPU total minus the free memory `Load weight begin`
+    reports. Needs the GPU total (`--gpu` or `--gpu-total-gib`).
+
+    Example: `Load weight begin. avail mem=78.43 GB` on an H100 SXM (`--gpu h100_sxm`, 79.65 GiB):
+    1.22 GiB."""
     rank = target(kb)
     if rank is None:
         return
@@ -227,9 +265,13 @@ def framework(kb):
       reads=(F.TokenBudget, F.GraphCaptureEnd, F.MemoryPoolEnd, "target_rank"),
       concludes=("breakdown:free",))
 def free(kb):
-    """Free: what the rank had left at the end of start-up — the `available_gpu_mem` of the
-    `max_total_num_tokens` line (TP 0 only), else the last capture-end reading, else the
-    `Memory pool end` reading."""
+    """What it concludes: `breakdown.free`: the GiB the rank had left at the end of start-up.
+
+    How: What the rank had left at the end of start-up — the `available_gpu_mem` of the
+    `max_total_num_tokens` line (TP 0 only), else the last capture-end reading, else the `Memory
+    pool end` reading.
+
+    Example: `max_total_num_tokens=415615, …, available_gpu_mem=11.94 GB`."""
     rank = target(kb)
     if rank is None:
         return
@@ -252,16 +294,22 @@ def free(kb):
 
 
 @rule("breakdown.unattributed",
-      reads=(F.LoadWeightBegin, "target_rank", "breakdown:free", *(f"breakdown:{c}" for c in _HELD_SINCE_WEIGHTS)),
+      reads=(F.LoadWeightBegin, "target_rank", "breakdown:free", *(f"breakdown:{c}" for c in HELD_SINCE_WEIGHTS)),
       concludes=("breakdown:unattributed",))
 def unattributed(kb):
-    """Unattributed: how much the free memory fell during start-up beyond what the lines name —
-    free before weights − free at the end − every category above. It holds the request-to-token
-    table, attention workspaces, allocator slack and anything allocated between readings.
-    Computed only when every figure it needs is known."""
+    """What it concludes: `breakdown.unattributed`: the GiB the free memory fell by during start-up
+    that no line names.
+
+    How: How much the free memory fell during start-up beyond what the lines name — free before
+    weights − free at the end − every category above. It holds the request-to-token table, attention
+    workspaces, allocator slack and anything allocated between readings. Computed only when every
+    figure it needs is known.
+
+    Example: free before weights 78.43 − free at the end 11.94 − weights 14.99 − KV 50.74 − graphs
+    0.58 = 0.18 GiB."""
     rank = target(kb)
     begin = kb.first(F.LoadWeightBegin, rank) if rank is not None else None
-    rows = [kb.get("breakdown", c) for c in ("free",) + _HELD_SINCE_WEIGHTS]
+    rows = [kb.get("breakdown", c) for c in ("free",) + HELD_SINCE_WEIGHTS]
     present = [r for r in rows if r is not None]
     if begin is None or rows[0] is None or rows[3] is None:
         return

@@ -4,19 +4,26 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
 @rule("concurrency",
       reads=(F.Options, F.TokenBudget, "config:dp_size"),
       concludes=("concurrency",))
 def concurrency(kb):
-    """For each request length L: token limit = max_total_num_tokens // L, request limit =
+    """What it concludes: `concurrency.<L>`: how many requests of L tokens fit in the SGLang pool at
+    once.
+
+    How: For each request length L: token limit = max_total_num_tokens // L, request limit =
     max_running_requests, concurrent requests = the smaller (the token limit, marked as an upper
-    bound, where the request limit is not printed). Both figures are per DP worker
-    (SGLang divides them under DP attention); radix-cache sharing and page rounding are
-    ignored, so this is the worst case of distinct prompts."""
+    bound, where the request limit is not printed). Both figures are per DP worker (SGLang divides
+    them under DP attention); radix-cache sharing and page rounding are ignored, so this is the
+    worst case of distinct prompts.
+
+    Example: `max_total_num_tokens=415615, …, max_running_requests=4096`: min(415615 // 4096 = 101,
+    4096) = 101."""
     options = kb.first(F.Options, role=None)
-    lengths = options.token_lengths if options else (4096, 6144, 8192)
+    lengths = options.token_lengths if options else DEFAULT_TOKEN_LENGTHS
     budget = next((b for b in kb.of(F.TokenBudget, role=None)), None)
     dp = kb.value("config", "dp_size")
     for length in lengths:
@@ -24,18 +31,23 @@ def concurrency(kb):
             yield Derived("concurrency", length, Unknown("the log has no max_total_num_tokens line"),
                           "concurrency", (options,) if options else ())
             continue
-        tokens = budget.max_total_num_tokens // length
-        requests = budget.max_running_requests
-        both = requests is not None
-        value = min(tokens, requests) if both else tokens
-        formula = (f"min({budget.max_total_num_tokens} // {length} = {tokens}, max_running_requests "
-                   f"{requests}) ({line_ref(budget)})" if both else
-                   f"{budget.max_total_num_tokens} // {length} = {tokens}; max_running_requests not printed, "
-                   f"so an upper bound ({line_ref(budget)})")
-        detail = {"token_limit": tokens, "request_limit": requests, "upper_bound": not both,
-                  "binding": ("tokens" if not both or tokens < requests else
-                              "requests" if requests < tokens else "both")}
-        if isinstance(dp, int) and dp > 1:
-            detail["per_dp_worker"] = True
-            detail["dp_size"] = dp
-        yield Derived("concurrency", length, value, "concurrency", (budget,), formula, detail)
+        value, formula, detail = limits(budget.max_total_num_tokens, budget.max_running_requests, length, dp)
+        yield Derived("concurrency", length, value, "concurrency", (budget,), f"{formula} ({line_ref(budget)})", detail)
+
+
+def limits(pool_tokens: int, requests, length: int, dp) -> tuple[int, str, dict]:
+    """(concurrent requests, the arithmetic, the detail) of one request length, from the pool's
+    tokens and the request limit (None when not printed). A `--what-if` projection sizes its
+    rows with this too."""
+    tokens = pool_tokens // length
+    both = requests is not None
+    value = min(tokens, requests) if both else tokens
+    formula = (f"min({pool_tokens} // {length} = {tokens}, max_running_requests {requests})" if both else
+               f"{pool_tokens} // {length} = {tokens}; max_running_requests not printed, so an upper bound")
+    detail = {"token_limit": tokens, "request_limit": requests, "upper_bound": not both,
+              "binding": ("tokens" if not both or tokens < requests else
+                          "requests" if requests < tokens else "both")}
+    if isinstance(dp, int) and dp > 1:
+        detail["per_dp_worker"] = True
+        detail["dp_size"] = dp
+    return value, formula, detail

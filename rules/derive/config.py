@@ -27,11 +27,15 @@ def _config(key, value, premise, formula):
       reads=(F.ServerArgs, F.LaunchCommand, F.TokenBudget, F.ModelPathHint, F.KVCacheDtype, F.KVCacheAllocated),
       concludes=(tuple(f"config:{key}" for key in _SERVER_ARGS)))
 def config(kb):
-    """Concludes each configuration value the log states: from `server_args` first, then a
-    pasted launch command; the
-    effective context length and request limit from the `max_total_num_tokens=` line; the
-    KV dtype from `Using KV cache dtype` or the KV line; the model path from an HF-snapshot or
-    tokenizer line when no `server_args` line survives. Nothing is filled from a default."""
+    """What it concludes: `config.*`: each serving setting the SGLang log states (model, TP/PP/DP/EP
+    sizes, KV dtype, context length, request limit, page size, quantization, …).
+
+    How: From `server_args` first, then a pasted launch command; the effective context length and
+    request limit from the `max_total_num_tokens=` line; the KV dtype from `Using KV cache dtype` or
+    the KV line; the model path from an HF-snapshot or tokenizer line when no `server_args` line
+    survives. Nothing is filled from a default.
+
+    Example: `server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', tp_size=1, …)`."""
     args = kb.first(F.ServerArgs, role=None)
     if args is not None:
         for key, field in _SERVER_ARGS.items():
@@ -64,9 +68,14 @@ def config(kb):
       reads=(F.ServerArgs, F.LaunchCommand, F.MemoryProfiling),
       concludes=("config:mem_fraction_static",))
 def mem_fraction(kb):
-    """Concludes mem_fraction_static: the value `server_args` states, else the launch command's
-    `--mem-fraction-static`, else the one a `Memory profiling:` line prints (two decimals). Not stated → unknown: SGLang chooses it at
-    start-up from the GPU's total memory, so no default (0.88 or any other) is assumed."""
+    """What it concludes: `config.mem_fraction_static`: SGLang's static memory fraction, as the log
+    states it.
+
+    How: The value `server_args` states, else the launch command's `--mem-fraction-static`, else the
+    one a `Memory profiling:` line prints (two decimals). Not stated → unknown: SGLang chooses it at
+    start-up from the GPU's total memory, so no default (0.88 or any other) is assumed.
+
+    Example: `server_args=ServerArgs(…, mem_fraction_static=0.838, …)`."""
     args = kb.first(F.ServerArgs, role=None)
     if args is not None and isinstance(args.fields.get("mem_fraction_static"), (int, float)):
         value = args.fields["mem_fraction_static"]

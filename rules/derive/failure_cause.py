@@ -13,10 +13,15 @@ _READS = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgn
 
 @rule("failure.root-cause", reads=_READS, concludes=("failure",))
 def root_cause(kb):
-    """The first exception of the launch that is not a consequence of another (a parent's
-    "Engine core initialization failed", a child's sigquit, a cache miss after the hub refused)
-    nor clean-up noise, named from references/failure-causes.toml; the rank that raised it and
-    the start-up phase its traceback was in. Absent when the log shows no failure."""
+    """What it concludes: `failure`: the named root cause of a failed start-up, its rank and phase.
+
+    How: The first exception of the launch that is not a consequence of another (a parent's "Engine
+    core initialization failed", a child's sigquit, a cache miss after the hub refused) nor clean-up
+    noise, named from references/failure-causes.toml; the rank that raised it and the start-up phase
+    its traceback was in. Absent when the log shows no failure.
+
+    Example: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB.` in a
+    traceback during graph capture."""
     found = failure_of(kb.of(*_READS, role=None))
     if found is None:
         return

@@ -8,10 +8,13 @@ from capdiag.rules._common import gib, line_ref
 
 @rule("gpu.identity", reads=(F.GpuSpec, F.SmiGpu, F.DeviceName), concludes=("gpu:identity",))
 def identity(kb):
-    """Concludes the GPU model by name — `--gpu`, the names nvidia-smi prints, the
-    `device_name=` of MoE kernel-config lines — never by memory size (several GPUs share
-    81559 or 143771 MiB). Several matching entries (a truncated name, different names in
-    different inputs) are reported as ambiguous."""
+    """What it concludes: `gpu.identity`: the GPU model, from its name.
+
+    How: `--gpu`, the names nvidia-smi prints, the `device_name=` of MoE kernel-config lines — never
+    by memory size (several GPUs share 81559 or 143771 MiB). Several matching entries (a truncated
+    name, different names in different inputs) are reported as ambiguous.
+
+    Example: `--gpu h100_sxm`, or nvidia-smi's `NVIDIA H100 80GB HBM3`."""
     specs = kb.of(F.GpuSpec, role=None)
     if not specs:
         names = [f.name for f in kb.of(F.SmiGpu, F.DeviceName, role=None) if f.name]
@@ -46,13 +49,18 @@ def identity(kb):
 @rule("gpu.total", reads=(F.GpuTotal, F.SmiGpu, F.VllmMemoryProfile, F.VllmStartupMemory, F.OutOfMemory, F.GpuSpec,
                         "gpu:identity"), concludes=("gpu:total_gib",))
 def total(kb):
-    """Concludes the GPU total in GiB, measured figures first: `--gpu-total-gib`, nvidia-smi's
-    memory.total, a total the log prints (vLLM's profiling record or `Free memory on device
-    (F/T GiB)`, PyTorch's out-of-memory message), then the reference's observed nvidia-smi
-    total for the identified GPU, then nvidia-smi's memory.used + memory.free (the documented
-    query has no total column; the driver's reserved memory is in neither figure, so this is a
-    little under memory.total — said so), and only then the reference's nominal GB — converted
-    (GB × 10^9 / 2^30) and marked nominal, because marketing GB are not usable GiB."""
+    """What it concludes: `gpu.total_gib`: the GPU's total memory in GiB, and where the figure comes
+    from.
+
+    How: `--gpu-total-gib`, nvidia-smi's memory.total, a total the log prints (vLLM's profiling
+    record or `Free memory on device (F/T GiB)`, PyTorch's out-of-memory message), then the
+    reference's observed nvidia-smi total for the identified GPU, then nvidia-smi's memory.used +
+    memory.free (the documented query has no total column; the driver's reserved memory is in
+    neither figure, so this is a little under memory.total — said so), and only then the reference's
+    nominal GB — converted (GB × 10^9 / 2^30) and marked nominal, because marketing GB are not
+    usable GiB.
+
+    Example: `Free memory on device (78.1/79.25 GiB) on startup`: 79.25 GiB."""
     given = kb.first(F.GpuTotal, role=None)
     if given is not None:
         yield Derived("gpu", "total_gib", given.gib, "gpu.total", (given,), "--gpu-total-gib", {"source": "stated"})

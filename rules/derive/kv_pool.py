@@ -4,8 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
-
-GIB = 1 << 30
+from capdiag.vocabulary import implied_bytes_per_token
 
 
 def main_kv_line(lines, budget):
@@ -22,9 +21,13 @@ def main_kv_line(lines, budget):
       reads=(F.TokenBudget, F.KVCacheAllocated, F.DSV4MemoryCalculation, "target_rank"),
       concludes=("kv_pool:tokens",))
 def tokens(kb):
-    """Token capacity of the target pool on this rank: `#tokens` of the full-attention KV line
-    (hybrid sliding-window models print a smaller SWA pool too), else `max_total_num_tokens`,
-    else DeepSeek-V4's `full_token`. Under DP attention it is per DP worker."""
+    """What it concludes: `kv_pool.tokens`: the token capacity of the target KV pool on the rank.
+
+    How: `#tokens` of the full-attention KV line (hybrid sliding-window models print a smaller SWA
+    pool too), else `max_total_num_tokens`, else DeepSeek-V4's `full_token`. Under DP attention it
+    is per DP worker.
+
+    Example: `KV Cache is allocated. #tokens: 415615, …`."""
     rank = target(kb)
     if rank is None:
         return
@@ -47,9 +50,14 @@ def tokens(kb):
       reads=(F.DSV4MemoryCalculation, "target_rank", "kv_pool:tokens", "breakdown:kv_cache"),
       concludes=("kv_pool:bytes_per_token",))
 def bytes_per_token(kb):
-    """Bytes per token the log implies: KV bytes / tokens. The sizes are printed in GiB with
-    two decimals, so the figure carries that rounding (±0.005 GiB); the pool also holds one
-    padding page. DeepSeek-V4 prints `bytes_per_full_token` itself."""
+    """What it concludes: `kv_pool.bytes_per_token`: the bytes one token's KV takes in the pool, as the
+    log implies.
+
+    How: Bytes per token the log implies: KV bytes / tokens. The sizes are printed in GiB with two
+    decimals, so the figure carries that rounding (±0.005 GiB); the pool also holds one padding
+    page. DeepSeek-V4 prints `bytes_per_full_token` itself.
+
+    Example: 50.74 GiB × 2^30 / 415615 tokens = 131087 B (printed rounding: 131074–131100 B)."""
     rank = target(kb)
     tokens_d, kv_d = kb.get("kv_pool", "tokens"), kb.get("breakdown", "kv_cache")
     if rank is None or tokens_d is None or kv_d is None:
@@ -63,23 +71,25 @@ def bytes_per_token(kb):
         yield Derived("kv_pool", "bytes_per_token", Unknown("needs a printed KV size and token count"),
                       "kv-pool.bytes-per-token", (tokens_d, kv_d))
         return
-    n = tokens_d.value
-    low, high = (kv_d.value - 0.005) * GIB / n, (kv_d.value + 0.005) * GIB / n
-    value = round(kv_d.value * GIB / n)
-    yield Derived("kv_pool", "bytes_per_token", value, "kv-pool.bytes-per-token", (kv_d, tokens_d),
-                  f"{kv_d.value} GiB × 2^30 / {n} tokens = {value} B (printed rounding: {low:.0f}–{high:.0f} B)",
-                  {"low": round(low), "high": round(high)})
+    cell = implied_bytes_per_token(kv_d.value, tokens_d.value)
+    yield Derived("kv_pool", "bytes_per_token", cell.bytes, "kv-pool.bytes-per-token", (kv_d, tokens_d), cell.formula,
+                  {"low": cell.low, "high": cell.high})
 
 
 @rule("kv-pool.budget",
       reads=(F.MemoryProfiling, F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryPoolEnd, "target_rank", "config:mem_fraction_static"),
       concludes=("kv_pool:budget_gib", "kv_pool:headroom_gib"))
 def budget(kb):
-    """The KV budget SGLang sized the pool from: free memory after weights minus free memory
+    """What it concludes: `kv_pool.budget_gib` and `kv_pool.headroom_gib`: the memory SGLang sized the
+    KV pool from, and what the fraction leaves for activations and graphs.
+
+    How: The KV budget SGLang sized the pool from: free memory after weights minus free memory
     before weights × (1 − mem_fraction_static). SGLang takes both readings as the minimum over
-    ranks; the log prints this rank's own, so the figure is approximate. Also the headroom it
-    leaves for activations and graphs: free before weights × (1 − mem_fraction_static). The
-    DeepSeek-V4 branch prints the budget itself (`Memory profiling: … rest_memory`)."""
+    ranks; the log prints this rank's own, so the figure is approximate. Also the headroom it leaves
+    for activations and graphs: free before weights × (1 − mem_fraction_static). The DeepSeek-V4
+    branch prints the budget itself (`Memory profiling: … rest_memory`).
+
+    Example: 63.44 − 78.43 × (1 − 0.838) = 50.73 GiB; headroom 78.43 × 0.162 = 12.71 GiB."""
     rank = target(kb)
     mfs = kb.get("config", "mem_fraction_static")
     if rank is None or mfs is None:

@@ -10,62 +10,10 @@ The per-rank cell, as SGLang and vLLM size it:
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
-
-import attrs
-
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
-
-_ELEMENT = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "bf16 or fp16": 2}
-
-
-# A KV dtype told only by its width (kv-pool.dtype infers one from the log's bytes per token;
-# no KV cache of SGLang or vLLM is 1 byte wide but fp8's)
-_BY_WIDTH = {1: "fp8", 2: "bf16 or fp16", 4: "fp32"}
-
-
-def element_size(dtype: Optional[str]) -> Optional[float]:
-    """Bytes per KV element for a dtype as configs and logs spell it; None for fp4 and unknowns."""
-    if not dtype:
-        return None
-    name = str(dtype).lower().replace("torch.", "")
-    if "fp4" in name or "float4" in name or "nvfp4" in name:
-        return None
-    if "fp8" in name or "float8" in name or name in ("mxfp8", "int8", "uint8"):
-        return 1
-    return _ELEMENT.get(name)
-
-
-def attention_layers(cfg: dict) -> tuple[int, str]:
-    """(layers whose KV the token pool holds, how that was counted)."""
-    total = cfg["num_hidden_layers"]
-    types = cfg.get("layer_types")
-    if isinstance(types, list) and types:
-        full = sum(1 for t in types if str(t) in ("full_attention", "attention"))
-        other = sorted({str(t) for t in types} - {"full_attention", "attention"})
-        return full, f"{full} of {len(types)} layers are full attention (the rest: {', '.join(other) or 'none'})"
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0:
-        return total // interval, f"every {interval}th of {total} layers is full attention"
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        return pattern.count("*"), f"{pattern.count('*')} attention layers in hybrid_override_pattern"
-    blocks = cfg.get("layers_block_type")
-    if isinstance(blocks, list) and blocks:
-        full = sum(1 for b in blocks if str(b) == "attention")
-        return full, f"{full} of {len(blocks)} layers are attention (layers_block_type)"
-    return total, ""
-
-
-def attention_shape(cfg: dict) -> Optional[tuple[int, int]]:
-    """(KV heads, head_dim) of an MHA/GQA layer; None when config.json lacks them (no
-    num_attention_heads, or neither head_dim nor hidden_size)."""
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
-    if not heads or not (cfg.get("head_dim") or (cfg.get("hidden_size") and cfg.get("num_attention_heads"))):
-        return None
-    return heads, cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+from capdiag.vocabulary import attention_layers, element_size, kv_cell
 
 
 def _is_compressed_swa(cfg: dict) -> bool:
@@ -73,69 +21,28 @@ def _is_compressed_swa(cfg: dict) -> bool:
     return "deepseek_v4" in text or "deepseekv4" in text or "compress_ratios" in cfg
 
 
-@attrs.frozen
-class _Cell:
-    """The KV elements one token takes on one rank, and how they were counted: `formula(elem)`
-    is the arithmetic with an element size of `elem` bytes."""
-
-    elements: int
-    formula: Callable[[float], str]
-    detail: dict
-    note: str  # how the layers were counted, as " (…)", or ""
-
-
-def _cell(kb, model: F.ModelConfig) -> "_Cell | str":
-    """The per-rank KV cell of the model config.json describes, without the element size;
-    the reason as a string when there is none to compute (DeepSeek-V4's compressed KV, DSA's
-    fp8-only cell, no attention shape)."""
-    cfg = model.fields
-    if _is_compressed_swa(cfg):
-        return ("DeepSeek-V4 compresses KV (CSA/HCA sliding windows): no per-token cell to compute; the log's "
-                "bytes_per_full_token already holds the compression (for V4.1, 528 B / 288 B are the stored per-token "
-                "payload and scale values, not the allocation after page padding)")
-    tp = kb.value("config", "tp_size") or 1
-    pp = kb.value("config", "pp_size") or 1
-    dp = kb.value("config", "dp_size") or 1
-    attn_tp = tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp
-    layers, counted = attention_layers(cfg)
-    if pp > 1:
-        layers = -(-layers // pp)
-        counted = "; ".join(c for c in (counted, f"÷ {pp} PP stages, rounded up (even split assumed)") if c)
-    note = f" ({counted})" if counted else ""
-    if cfg.get("kv_lora_rank"):
-        lora, rope = cfg["kv_lora_rank"], cfg.get("qk_rope_head_dim", 0)
-        return _Cell((lora + rope) * layers,
-                     lambda elem: f"MLA: ({lora} + {rope}) × {layers} layers × {elem} B{note}; not split by TP: every "
-                                  "rank holds the latent", {"attention": "mla", "layers": layers, "replication": 1},
-                     note)
-    shape = attention_shape(cfg)
-    if shape is None:
-        return "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"
-    heads, head_dim = shape
-    v_head_dim = cfg.get("v_head_dim") or head_dim
-    per_rank = max(1, heads // attn_tp)
-    copies = attn_tp // heads if heads < attn_tp else 1
-    shared = f"; {heads} KV heads over {attn_tp} ranks: each head is stored {copies} times" if copies > 1 else ""
-    return _Cell(per_rank * (head_dim + v_head_dim) * layers,
-                 lambda elem: f"max(1, {heads} KV heads // attn_tp {attn_tp}) = {per_rank} × ({head_dim} + {v_head_dim}) "
-                              f"× {layers} layers × {elem} B{note}{shared}",
-                 {"attention": "mha", "kv_heads_per_rank": per_rank, "replication": copies, "layers": layers}, note)
-
-
 @rule("kv-pool.theoretical",
       reads=(F.ModelConfig, "kv_pool:dtype", "config:tp_size", "config:pp_size", "config:dp_size", "config:enable_dp_attention?"),
       concludes=("kv_pool:theoretical_bytes_per_token",))
 def theoretical(kb):
-    """Theoretical KV bytes per token per rank from config.json (see the module text for the
-    formulas), with the KV dtype the log states (else the model's dtype for `auto`). Says how
-    many copies of a KV head exist when kv_heads < TP, and refuses a figure for DeepSeek-V4's
-    compressed KV, whose `bytes_per_full_token` the log prints instead."""
+    """What it concludes: `kv_pool.theoretical_bytes_per_token`: what one token's KV should take per
+    rank, from config.json.
+
+    How: Theoretical KV bytes per token per rank from config.json (see the module text for the
+    formulas), with the KV dtype the log states (else the model's dtype for `auto`). Says how many
+    copies of a KV head exist when kv_heads < TP, and refuses a figure for DeepSeek-V4's compressed
+    KV, whose `bytes_per_full_token` the log prints instead.
+
+    Example: Llama-3.1-8B: 8 KV heads × (128 + 128) × 32 layers × 2 B = 131072 B."""
     model = kb.first(F.ModelConfig, role=None)
     if model is None:
         return
     cfg = model.fields
     if _is_compressed_swa(cfg):
-        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(_cell(kb, model)), "kv-pool.theoretical", (model,))
+        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
+            "DeepSeek-V4 compresses KV (CSA/HCA sliding windows): no per-token cell to compute; the log's "
+            "bytes_per_full_token already holds the compression (for V4.1, 528 B / 288 B are the stored per-token "
+            "payload and scale values, not the allocation after page padding)"), "kv-pool.theoretical", (model,))
         return
     dtype_d = kb.get("kv_pool", "dtype")
     elem = element_size(dtype_d.value) if dtype_d is not None and dtype_d.known else None
@@ -144,21 +51,40 @@ def theoretical(kb):
                       Unknown("the KV element size is unknown (dtype not stated, or fp4 with block scales)"),
                       "kv-pool.theoretical", (model,) + ((dtype_d,) if dtype_d else ()))
         return
-    cell = _cell(kb, model)
     premises = tuple(p for p in (model, dtype_d, kb.get("config", "tp_size")) if p is not None)
-    if isinstance(cell, str):
-        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(cell), "kv-pool.theoretical", premises)
+    cell = kv_cell(cfg, elem, *_split(kb))
+    if cell is None:
+        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
+            "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"),
+            "kv-pool.theoretical", premises)
         return
-    if cfg.get("kv_lora_rank") and cfg.get("index_head_dim") and elem == 1:
-        lora, rope, idx = cfg["kv_lora_rank"], cfg.get("qk_rope_head_dim", 0), cfg["index_head_dim"]
-        layers = cell.detail["layers"]
-        row = lora + lora // 128 * 4 + rope * 2 + idx + idx // 128 * 4
-        yield Derived("kv_pool", "theoretical_bytes_per_token", row * layers, "kv-pool.theoretical", premises,
-                      f"DSA fp8: ({lora} + {lora}/128×4 + {rope}×2 + indexer {idx} + {idx}/128×4) × {layers} layers"
-                      f"{cell.note}; not split by TP: every rank holds the latent", cell.detail)
-        return
-    yield Derived("kv_pool", "theoretical_bytes_per_token", cell.elements * elem, "kv-pool.theoretical", premises,
-                  cell.formula(elem), cell.detail)
+    detail = ({"attention": "mla", "layers": cell.layers, "replication": 1} if cell.attention == "mla" else
+              {"attention": "mha", "kv_heads_per_rank": cell.kv_heads_per_rank, "replication": cell.replication,
+               "layers": cell.layers})
+    yield Derived("kv_pool", "theoretical_bytes_per_token", cell.bytes, "kv-pool.theoretical", premises, cell.formula,
+                  detail)
+
+
+def _split(kb) -> tuple[int, int]:
+    """(attention ranks a layer's heads are split over, pipeline stages)."""
+    tp = kb.value("config", "tp_size") or 1
+    pp = kb.value("config", "pp_size") or 1
+    dp = kb.value("config", "dp_size") or 1
+    return (tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp), pp
+
+
+def model_dtype(kb) -> Optional[tuple[F.Fact, str, str]]:
+    """(fact, dtype, where it is stated) of the model's dtype, which `auto` KV takes: the
+    weight-load line, vLLM's engine config, or config.json; None when none states one."""
+    loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
+    engine = kb.first(F.VllmEngineConfig, role=None)
+    model = kb.first(F.ModelConfig, role=None)
+    candidates = [(loaded, loaded.dtype if loaded else None, "the weights' dtype (Load weight end)"),
+                  (engine, engine.fields.get("dtype") if engine else None, "the model dtype (engine config)"),
+                  (model, (model.fields.get("torch_dtype") or model.fields.get("dtype")) if model else None,
+                   "the model's dtype (config.json)")]
+    return next(((fact, dtype, what) for fact, dtype, what in candidates
+                 if isinstance(dtype, str) and element_size(dtype) is not None), None)
 
 
 @rule("kv-pool.dtype",
@@ -167,12 +93,17 @@ def theoretical(kb):
              "config:enable_dp_attention?"),
       concludes=("kv_pool:dtype",))
 def kv_dtype(kb):
-    """The KV element type in use: what the log's KV lines print, else the configured
+    """What it concludes: `kv_pool.dtype`: the KV cache's element type.
+
+    How: The KV element type in use: what the log's KV lines print, else the configured
     kv_cache_dtype, else — for a stated `auto` — the model's dtype (the weight-load line, vLLM's
-    engine config, or config.json). A log that states neither leaves it unknown: `auto` is
-    never assumed. With config.json, the width is then read from the log's own bytes per token
+    engine config, or config.json). A log that states neither leaves it unknown: `auto` is never
+    assumed. With config.json, the width is then read from the log's own bytes per token
     instead: the one of 1, 2 or 4 bytes whose cell falls inside the printed rounding of that
-    figure, when exactly one does."""
+    figure, when exactly one does.
+
+    Example: `KV Cache is allocated. dtype: torch.bfloat16, #tokens: 415615`, or
+    `kv_cache_dtype='auto'` with `Load weight end. … dtype=torch.bfloat16`."""
     printed = next((f for f in kb.of(F.KVCacheAllocated, F.KVCacheDtype, role=None) if getattr(f, "dtype", None)),
                    None)
     if printed is not None:
@@ -185,20 +116,18 @@ def kv_dtype(kb):
     if configured is None or not configured.known:  # `auto` is a setting the log must state, not a default to assume
         yield _by_width(kb, "the log prints no KV dtype and states no kv_cache_dtype")
         return
-    loaded = next((f for f in kb.of(F.LoadWeightEnd, role=None) if f.dtype), None)
-    engine = kb.first(F.VllmEngineConfig, role=None)
-    model = kb.first(F.ModelConfig, role=None)
-    candidates = [(loaded, loaded.dtype if loaded else None, "the weights' dtype (Load weight end)"),
-                  (engine, engine.fields.get("dtype") if engine else None, "the model dtype (engine config)"),
-                  (model, (model.fields.get("torch_dtype") or model.fields.get("dtype")) if model else None,
-                   "the model's dtype (config.json)")]
-    for fact, dtype, what in candidates:
-        if isinstance(dtype, str) and element_size(dtype) is not None:
-            premises = (fact,) + ((configured,) if configured is not None else ())
-            yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
-            return
-    if model is not None:
+    found = model_dtype(kb)
+    if found is not None:
+        fact, dtype, what = found
+        premises = (fact,) + ((configured,) if configured is not None else ())
+        yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
+        return
+    if kb.first(F.ModelConfig, role=None) is not None:
         yield _by_width(kb, "no KV dtype printed or configured, and config.json names no dtype")
+
+
+# A KV dtype told only by its width (no KV cache of SGLang or vLLM is 1 byte wide but fp8's)
+_BY_WIDTH = {1: "fp8", 2: "bf16 or fp16", 4: "fp32"}
 
 
 def _by_width(kb, unstated: str) -> Derived:
@@ -211,36 +140,45 @@ def _by_width(kb, unstated: str) -> Derived:
     if log is None or not log.known or not log.value:
         return Derived("kv_pool", "dtype", Unknown(f"{unstated}; the log prints no KV size and token count to read "
                                                    "its width from"), "kv-pool.dtype", (model,))
-    cell = _cell(kb, model)
-    if isinstance(cell, str):
-        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; no width to read: {cell}"), "kv-pool.dtype", (model, log))
-    if cell.detail.get("attention") == "mla" and model.fields.get("index_head_dim"):
-        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; DSA's cell holds fp8 scales and an indexer row: "
-                                                   "its width is not a multiple of one element"), "kv-pool.dtype",
+    cfg = model.fields
+    why = ("DeepSeek-V4 compresses KV: no per-token cell" if _is_compressed_swa(cfg) else
+           "DSA's cell holds fp8 scales and an indexer row, not a whole number of elements"
+           if cfg.get("kv_lora_rank") and cfg.get("index_head_dim") else None)
+    cells = {} if why else {w: kv_cell(cfg, w, *_split(kb)) for w in _BY_WIDTH}
+    if not why and None in cells.values():
+        why = "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"
+    if why:
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; no width to read: {why}"), "kv-pool.dtype",
                        (model, log))
-    low, high = log.detail.get("low", log.value) / 1.002, log.detail.get("high", log.value) * 1.002
-    fits = [w for w in sorted(_BY_WIDTH) if low <= cell.elements * w <= high]
-    band = f"{log.value} B a token (printed rounding {log.detail.get('low', log.value)}–{log.detail.get('high', log.value)} B)"
+    low, high = log.detail.get("low", log.value), log.detail.get("high", log.value)
+    fits = [w for w, cell in cells.items() if low / 1.002 <= cell.bytes <= high * 1.002]
+    band = f"{log.value} B a token (printed rounding {low}–{high} B)"
     if len(fits) != 1:
+        elements = cells[1].bytes
         why = (f"{' and '.join(f'{w} B' for w in fits)} all fit" if fits else
-               f"{log.value / cell.elements:.3g} B an element, no width of 1, 2 or 4 B")
-        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; the log's {band} over config.json's "
-                                                   f"{cell.elements} elements a token: {why}"), "kv-pool.dtype",
-                       (model, log))
-    width = fits[0]
-    return Derived("kv_pool", "dtype", _BY_WIDTH[width], "kv-pool.dtype", (model, log),
-                   f"by width: config.json's cell {cell.formula(width)} = {cell.elements * width} B fits the log's "
-                   f"{band}; only {width} B an element does", {"inferred": True})
+               f"{log.value / elements:.3g} B an element, no width of 1, 2 or 4 B")
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; the log's {band} over config.json's {elements} "
+                                                   f"elements a token: {why}"), "kv-pool.dtype", (model, log))
+    cell = cells[fits[0]]
+    return Derived("kv_pool", "dtype", _BY_WIDTH[fits[0]], "kv-pool.dtype", (model, log),
+                   f"by width: config.json's cell {cell.formula} = {cell.bytes} B fits the log's {band}; only "
+                   f"{fits[0]} B an element does", {"inferred": True})
 
 
 @rule("kv-pool.compare",
       reads=(F.ModelConfig, "kv_pool:bytes_per_token", "kv_pool:theoretical_bytes_per_token", "breakdown:draft_kv_cache?"),
       concludes=("kv_pool:comparison",))
 def compare(kb):
-    """The log's implied bytes per token against the theoretical figure, and what explains a
-    difference: SGLang's pool holds one padding page (K size covers tokens + page); a draft
-    model, hybrid or sliding-window layers, or a different KV dtype change the cell; anything
-    else is reported as unexplained."""
+    """What it concludes: `kv_pool.comparison`: the log's implied bytes per token against the
+    theoretical figure, and what explains a difference.
+
+    How: The log's implied bytes per token against the theoretical figure, and what explains a
+    difference: SGLang's pool holds one padding page (K size covers tokens + page); a draft model,
+    hybrid or sliding-window layers, or a different KV dtype change the cell; anything else is
+    reported as unexplained.
+
+    Example: 131087 B implied against 131072 B theoretical: within the printed rounding and the
+    padding page."""
     log = kb.get("kv_pool", "bytes_per_token")
     theory = kb.get("kv_pool", "theoretical_bytes_per_token")
     if log is None or theory is None or not log.known or not theory.known or not theory.value:

@@ -7,10 +7,8 @@ from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
 from capdiag.rules.derive.breakdown import row
+from capdiag.vocabulary import HELD  # what holds memory at the end of start-up (activation peaks are released)
 
-# categories that hold memory at the end of start-up (activation peaks are released)
-_HELD = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
-         "draft_cuda_graph")
 SPREAD_GIB = 1.0  # a rank whose used memory differs from the median by more than this is named
 
 
@@ -25,11 +23,17 @@ def gpu_index(rank: F.Rank, tp_size: int, base: int, step: int) -> int | None:
       reads=(F.Fact, "config:tp_size"),
       concludes=("nvidia_smi",))
 def ranks(kb):
-    """Pairs each rank with the GPU nvidia-smi lists at index base_gpu_id + (PP stage × TP size
-    + TP rank) × gpu_id_step (SGLang's placement; base 0, step 1 unless server_args says
-    otherwise), and names a GPU whose used memory differs from the median by more than
-    1 GiB. nvidia-smi was sampled at another time than the log's start-up lines: the server
-    may have served traffic since, so the figures are compared, not assumed equal."""
+    """What it concludes: `nvidia_smi.<rank>`: which GPU nvidia-smi lists for each rank, and its used
+    memory.
+
+    How: Pairs each rank with the GPU nvidia-smi lists at index base_gpu_id + (PP stage × TP size +
+    TP rank) × gpu_id_step (SGLang's placement; base 0, step 1 unless server_args says otherwise),
+    and names a GPU whose used memory differs from the median by more than 1 GiB. nvidia-smi was
+    sampled at another time than the log's start-up lines: the server may have served traffic since,
+    so the figures are compared, not assumed equal.
+
+    Example: `0, 66120 MiB, 14960 MiB` (`--query-gpu=index,memory.used,memory.free
+    --format=csv,noheader`) for TP 0."""
     gpus = {g.index: g for g in kb.of(F.SmiGpu, role=None)}
     if not gpus:
         return
@@ -58,14 +62,20 @@ def ranks(kb):
 
 
 @rule("breakdown.other",
-      reads=("target_rank", "nvidia_smi", *(f"breakdown:{c}?" for c in _HELD)),
+      reads=("target_rank", "nvidia_smi", *(f"breakdown:{c}?" for c in HELD)),
       concludes=("breakdown:other",))
 def other(kb):
-    """Other: memory in use that no line accounts for — nvidia-smi's used memory on the target
-    rank's GPU minus every category the log explains (framework, weights, KV cache, Mamba
-    state, CUDA graphs, and the draft model's). It holds DeepGEMM/JIT workspaces, NCCL growth,
-    allocator fragmentation and other tenants. Without nvidia-smi, or with a category unknown,
-    it stays unknown. nvidia-smi was sampled after start-up, so traffic since then counts too."""
+    """What it concludes: `breakdown.other`: the GiB in use on the rank's GPU that no log line
+    explains.
+
+    How: Memory in use that no line accounts for — nvidia-smi's used memory on the target rank's GPU
+    minus every category the log explains (framework, weights, KV cache, Mamba state, CUDA graphs,
+    and the draft model's). It holds DeepGEMM/JIT workspaces, NCCL growth, allocator fragmentation
+    and other tenants. Without nvidia-smi, or with a category unknown, it stays unknown. nvidia-smi
+    was sampled after start-up, so traffic since then counts too.
+
+    Example: nvidia-smi's `0, 66120 MiB, 14960 MiB` for the rank's GPU: 64.57 GiB used, less every
+    category the log explains."""
     rank = target(kb)
     if rank is None:
         return
@@ -74,7 +84,7 @@ def other(kb):
         yield row("other", Unknown("needs the GPU's measured used memory: give --nvidia-smi-file"),
                   "unknown", "breakdown.other", (), "")
         return
-    parts = [kb.get("breakdown", c) for c in _HELD if kb.get("breakdown", c) is not None]
+    parts = [kb.get("breakdown", c) for c in HELD if kb.get("breakdown", c) is not None]
     missing = [p.key for p in parts if not p.known]
     if missing or kb.get("breakdown", "framework") is None:
         yield row("other", Unknown(f"needs every category; unknown: {', '.join(missing) or 'framework'}"),

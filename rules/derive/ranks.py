@@ -4,16 +4,21 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, rule
 from capdiag.rules._common import line_ref
+from capdiag.vocabulary import SEGMENTS
 
 
 @rule("ranks.binding",
       reads=(F.LoadWeightEnd, F.MemoryPoolEnd, F.VllmAvailableKV),
       concludes=("binding_rank",))
 def binding_rank(kb):
-    """The rank with the least memory for its KV pool binds every rank's pool (SGLang sizes the
-    pool from the minimum over ranks; vLLM takes the smallest worker's block count). SGLang:
-    the least free memory after the weights load, else after the pools; vLLM: the least
-    `Available KV cache memory`."""
+    """What it concludes: `binding_rank`: the rank whose memory sizes every rank's KV pool.
+
+    How: The rank with the least memory for its KV pool binds every rank's pool (SGLang sizes the
+    pool from the minimum over ranks; vLLM takes the smallest worker's block count). SGLang: the
+    least free memory after the weights load, else after the pools; vLLM: the least `Available KV
+    cache memory`.
+
+    Example: `[TP3] Load weight end. … avail mem=61.20 GB` against 63.44 on the others: TP3 binds."""
     for kind, attr, what in ((F.LoadWeightEnd, "avail_gib", "free after weights"),
                              (F.MemoryPoolEnd, "avail_gib", "free after pools"),
                              (F.VllmAvailableKV, "gib", "available KV cache memory")):
@@ -42,22 +47,22 @@ _SEGMENT_SOURCES = {
 }
 
 
-_BAR_CATEGORIES = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
-                   "draft_cuda_graph", "other", "free")
 
 
 @rule("ranks.memory",
-      reads=(F.Fact, "gpu:total_gib", "target_rank", "breakdown", "nvidia_smi?"),
+      reads=(F.Fact, "observed", "gpu:total_gib", "target_rank", "breakdown", "nvidia_smi?"),
       concludes=("rank_memory",))
 def rank_memory(kb):
-    """Each rank's memory by category, from the figures that rank printed (for the per-rank
-    bars): weights, KV cache, Mamba state, CUDA graphs (every capture of the rank), free at the
-    end; framework = GPU total − free before weights (SGLang) or non-torch memory (vLLM); and,
-    with nvidia-smi and every category known, other = the rank's used memory − the categories.
-    The target rank takes the breakdown's rows. A category a rank did not print is left out,
-    not zero."""
-    from capdiag.observed import observed_by_rank  # the per-rank filing of printed figures
+    """What it concludes: `rank_memory.<rank>`: each rank's memory by category, for the per-rank table
+    and bars.
 
+    How: Each rank's memory by category, from the figures that rank printed (for the per-rank bars):
+    weights, KV cache, Mamba state, CUDA graphs (every capture of the rank), free at the end;
+    framework = GPU total − free before weights (SGLang) or non-torch memory (vLLM); and, with
+    nvidia-smi and every category known, other = the rank's used memory − the categories. The target
+    rank takes the breakdown's rows. A category a rank did not print is left out, not zero.
+
+    Example: `[TP1] Load weight end. … mem usage=7.49 GB.` fills TP1's weights."""
     vllm = bool(kb.of(F.VllmVersion, F.VllmEngineConfig, F.VllmModelLoading, F.VllmKVCacheSize, role=None))
     total = kb.get("gpu", "total_gib")
     target = kb.value("target_rank")
@@ -65,9 +70,9 @@ def rank_memory(kb):
     by_rank: dict[tuple, list] = {}  # grouped once: filtering every fact per rank is quadratic in the ranks
     for f in log_facts:
         by_rank.setdefault(f.rank.key(), []).append(f)
-    for key, observed in sorted(observed_by_rank(log_facts).items()):
+    for key, observed in sorted((kb.value("observed") or {}).items()):
         if key == target:  # the breakdown's rows: the best derivation of each category
-            rows = [d for d in kb.topic("breakdown") if d.known and d.key in _BAR_CATEGORIES]
+            rows = [d for d in kb.topic("breakdown") if d.known and d.key in SEGMENTS]
             if rows:
                 yield Derived("rank_memory", key, {d.key: d.value for d in rows}, "ranks.memory", tuple(rows),
                               "the target rank's breakdown rows")

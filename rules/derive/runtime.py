@@ -238,14 +238,20 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
                                 "config:page_size?", "kv_pool:tokens?"),
       concludes=("runtime",))
 def summary(kb):
-    """Sums each rank's request-time lines (SGLang `Prefill batch` / `Decode batch` and
+    """What it concludes: `runtime.<rank>` and `runtime.all`: the request-time traffic of each rank,
+    summed.
+
+    How: Sums each rank's request-time lines (SGLang `Prefill batch` / `Decode batch` and
     retractions, vLLM's periodic `Avg prompt throughput` metrics and preemptions): the span, KV
-    usage peak and percentiles (fractions 0–1; vLLM's percent / 100), the share of lines at or
-    above 90 % and at 100 %, peak running requests against the request limit, why requests
-    queued (the pool ≥ 90 % full: memory; running at the limit with room: the request limit;
-    else scheduling or compute), retractions or preemptions, the throughput range, and the
-    request lengths the lines show. Shares are of traffic lines, not of wall time: SGLang prints
-    a line per batch logged, vLLM one every 10 s."""
+    usage peak and percentiles (fractions 0–1; vLLM's percent / 100), the share of lines at or above
+    90 % and at 100 %, peak running requests against the request limit, why requests queued (the
+    pool ≥ 90 % full: memory; running at the limit with room: the request limit; else scheduling or
+    compute), retractions or preemptions, the throughput range, and the request lengths the lines
+    show. Shares are of traffic lines, not of wall time: SGLang prints a line per batch logged, vLLM
+    one every 10 s.
+
+    Example: `Decode batch, #running-req: 1, #token: 552, token usage: 0.00, cuda graph: True, gen
+    throughput (token/s): 168.12, #queue-req: 0`."""
     # the request limit as the concurrency table applies it (per DP worker), else as configured
     rows = [c for c in kb.topic("concurrency") if c.detail.get("request_limit") is not None]
     limit_d = rows[0] if rows else kb.get("config", "max_running_requests")

@@ -42,15 +42,20 @@ def label_of(kb, key: tuple) -> str:
 
 @rule("stand-in", reads=("target_rank",) + tuple(STAND_IN_KINDS), concludes=("stand_in",))
 def stand_in(kb):
-    """Concludes, for each kind of per-rank memory line the target rank printed none of, the rank
-    whose line stands in for it: worker-only excerpts (`(VllmWorkerProcess pid=…)` lines, no
-    driver lines) and Ray clusters (`(RayWorkerWrapper pid=…, ip=…)`, one worker's line shown
-    for several with `[repeated 3x across cluster]`) leave the target silent while the other
-    ranks of its tensor-parallel group print the same figures. The stand-in is taken from those
-    ranks (same DP group and PP stage; a worker of unknown index counts) only when every one
-    that printed the kind agrees on every figure they share; it is the one that printed the
-    most figures, the first in rank order among equals. Ranks that disagree leave the kind
-    unknown for the target, naming the spread: `--target-rank` picks one of them."""
+    """What it concludes: `stand_in`: for each kind of per-rank memory line the target rank did not
+    print, the rank whose line stands in for it.
+
+    How: Worker-only excerpts (`(VllmWorkerProcess pid=…)` lines, no driver lines) and Ray clusters
+    (`(RayWorkerWrapper pid=…, ip=…)`, one worker's line shown for several with `[repeated 3x across
+    cluster]`) leave the target silent while the other ranks of its tensor-parallel group print the
+    same figures. The stand-in is taken from those ranks (same DP group and PP stage; a worker of
+    unknown index counts) only when every one that printed the kind agrees on every figure they
+    share; it is the one that printed the most figures, the first in rank order among equals. Ranks
+    that disagree leave the kind unknown for the target, naming the spread: `--target-rank` picks
+    one of them.
+
+    Example: `(RayWorkerWrapper pid=1273, ip=10.42.9.225) INFO … Model loading took 14.99 GiB
+    [repeated 3x across cluster]`."""
     wanted = target(kb)
     if wanted is None:
         return

@@ -10,8 +10,13 @@ from capdiag.rules._common import line_ref
       reads=(F.Fact,),
       concludes=("phase",))
 def phase(kb):
-    """The last start-up phase the launch reached (init, weights, KV pool, graph capture,
-    ready), and the last line that shows it."""
+    """What it concludes: `phase`: the last start-up phase the launch reached, and the line that shows
+    it.
+
+    How: The last start-up phase the launch reached (init, weights, KV pool, graph capture, ready),
+    and the last line that shows it.
+
+    Example: `Capture cuda graph begin.` as the last phase line: `graph_capture`."""
     staged = [f for f in kb.facts if f.PHASE]
     if not staged:
         yield Derived("phase", None, "init", "startup.phase", (), "no start-up phase line in the log")

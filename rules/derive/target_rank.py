@@ -38,12 +38,15 @@ def _label_matches(rank: F.Rank, spec: str) -> bool:
 
 @rule("target-rank", reads=(F.Fact,), concludes=("target_rank",))
 def target_rank(kb):
-    """Concludes the rank to break down: `--target-rank` as a TP index (`3`), tags (`tp3`,
-    `pp1`, `dp2`, `pp1,tp0`) or a process label as the log prints it (`VllmWorkerProcess
-    pid=280`, `pid=345, ip=10.42.9.225`, `RayWorkerWrapper pid=1273`); by default TP 0 of DP
-    worker 0 and PP stage 0. Lines without a rank tag are TP 0's (a single-GPU run prints none).
-    Among several matches the first in rank order is taken, preferring TP 0 when no TP index
-    was asked for."""
+    """What it concludes: `target_rank`: the rank whose memory the breakdown describes.
+
+    How: Concludes the rank to break down: `--target-rank` as a TP index (`3`), tags (`tp3`, `pp1`,
+    `dp2`, `pp1,tp0`) or a process label as the log prints it (`VllmWorkerProcess pid=280`,
+    `pid=345, ip=10.42.9.225`, `RayWorkerWrapper pid=1273`); by default TP 0 of DP worker 0 and PP
+    stage 0. Lines without a rank tag are TP 0's (a single-GPU run prints none). Among several
+    matches the first in rank order is taken, preferring TP 0 when no TP index was asked for.
+
+    Example: `--target-rank tp3`, or none: the untagged lines of a single-GPU run are TP 0's."""
     options = kb.first(F.Options, role=None)
     spec = options.target_rank if options else None
     wanted = parse_spec(spec)

@@ -62,9 +62,13 @@ def _startup(kb, attr):
       reads=(F.VllmModelLoading, F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank", "stand_in"),
       concludes=("breakdown:weights",))
 def weights(kb):
-    """Weights: `Model loading took X GiB` (torch memory the load allocated on this rank; older
-    releases print "GB" for the same GiB figure), else the profiling record's `model weights
-    take`, else the `Free memory on device` report's weight figure."""
+    """What it concludes: `breakdown.weights`: the GiB vLLM's model load took on the rank.
+
+    How: `Model loading took X GiB` (torch memory the load allocated on this rank; older releases
+    print "GB" for the same GiB figure), else the profiling record's `model weights take`, else the
+    `Free memory on device` report's weight figure.
+
+    Example: `Model loading took 14.99 GiB and 4.2 seconds`."""
     if target(kb) is None:
         return
     load = next(iter(lines_of(kb, F.VllmModelLoading)), None)
@@ -88,10 +92,14 @@ def weights(kb):
       reads=(F.VllmAvailableKV, F.VllmMemoryProfile, F.VllmInitialFree, F.VllmCpuKVSpace, "target_rank", "stand_in"),
       concludes=("breakdown:kv_cache",))
 def kv_cache(kb):
-    """KV cache: `Available KV cache memory` (the bytes turned into blocks), else the profiling
-    record's KV figure (`the rest of the memory reserved for KV Cache`, `kv_cache_size=`), else
-    the CPU backend's KV space (`Auto set (K/N) GiB for KV cache on node 0` or `Explicitly set`,
-    VLLM_CPU_KVCACHE_SPACE), else the explicit `--kv-cache-memory` reservation."""
+    """What it concludes: `breakdown.kv_cache`: the GiB vLLM turned into KV blocks.
+
+    How: `Available KV cache memory` (the bytes turned into blocks), else the profiling record's KV
+    figure (`the rest of the memory reserved for KV Cache`, `kv_cache_size=`), else the CPU
+    backend's KV space (`Auto set (K/N) GiB for KV cache on node 0` or `Explicitly set`,
+    VLLM_CPU_KVCACHE_SPACE), else the explicit `--kv-cache-memory` reservation.
+
+    Example: `Available KV cache memory: 34.64 GiB`."""
     if target(kb) is None:
         return
     available = next(iter(lines_of(kb, F.VllmAvailableKV)), None)
@@ -122,11 +130,14 @@ def kv_cache(kb):
              F.VllmCpuKVSpace),
       concludes=("breakdown:cuda_graph",))
 def cuda_graph(kb):
-    """CUDA graphs: `Graph capturing finished …, took X GiB` (free memory before minus after
-    capture), else the 0.18+ `CUDA graph pool memory … (actual)`, else the pre-capture
-    estimate (stated as an estimate). A negative capture figure is a measurement artefact
-    (free memory rose during capture) and is not used as a size. `enforce_eager` or the CPU
-    backend → none."""
+    """What it concludes: `breakdown.cuda_graph`: the GiB vLLM's CUDA-graph capture took.
+
+    How: `Graph capturing finished …, took X GiB` (free memory before minus after capture), else the
+    0.18+ `CUDA graph pool memory … (actual)`, else the pre-capture estimate (stated as an
+    estimate). A negative capture figure is a measurement artefact (free memory rose during capture)
+    and is not used as a size. `enforce_eager` or the CPU backend → none.
+
+    Example: `Graph capturing finished in 16 secs, took 0.53 GiB`."""
     if target(kb) is None:
         return
     capture = next((g for g in lines_of(kb, F.VllmGraphCapture) if g.gib is not None), None)
@@ -161,8 +172,13 @@ def cuda_graph(kb):
       reads=(F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank", "stand_in"),
       concludes=("breakdown:activation",))
 def activation(kb):
-    """Activation: the peak activation memory of the profiling forward pass, where printed (V0
-    record, 0.10.2+ `Free memory on device` report). vLLM reserves it inside the budget."""
+    """What it concludes: `breakdown.activation`: the peak activation memory vLLM's profiling pass
+    measured.
+
+    How: The peak activation memory of the profiling forward pass, where printed (V0 record, 0.10.2+
+    `Free memory on device` report). vLLM reserves it inside the budget.
+
+    Example: `torch peak memory increase: 1.19GiB` of the profiling record."""
     if target(kb) is None:
         return
     for fact, value, what in (_profile(kb, "activation_peak_gib") + ("profiling record",),
@@ -177,10 +193,14 @@ def activation(kb):
       reads=(F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank", "stand_in", "breakdown:weights"),
       concludes=("breakdown:framework",))
 def framework(kb):
-    """Framework: non-torch memory (CUDA context, NCCL and custom all-reduce buffers) as the
-    profiling record or the `Free memory on device` report prints it; from 0.27 that report
-    prints weights + non-torch together as "consumed", so non-torch = consumed − weights.
-    Not printed → unknown."""
+    """What it concludes: `breakdown.framework`: vLLM's non-torch memory (CUDA context, NCCL, custom
+    all-reduce).
+
+    How: Non-torch memory (CUDA context, NCCL and custom all-reduce buffers) as the profiling record
+    or the `Free memory on device` report prints it; from 0.27 that report prints weights +
+    non-torch together as "consumed", so non-torch = consumed − weights. Not printed → unknown.
+
+    Example: `non-torch forward increase memory: 0.30GiB` of the profiling record."""
     if target(kb) is None:
         return
     for fact, value, what in (_profile(kb, "non_torch_gib") + ("profiling record",),
@@ -205,11 +225,16 @@ def framework(kb):
              "config:gpu_memory_utilization", "gpu:total_gib"),
       concludes=("breakdown:budget",))
 def budget(kb):
-    """Budget: what vLLM may use, total × gpu_memory_utilization (printed by the profiling
-    record and the `Free memory on device` report, else computed from a stated total and
-    utilization; on the CPU backend, the memory requested for the worker on its NUMA node; on
-    HPU, the memory free after the profiling run × utilization, as `Free device memory` prints it), and
-    what lies outside it (total − budget): memory vLLM leaves alone."""
+    """What it concludes: `breakdown.budget`: the memory vLLM may use, and by subtraction what it
+    leaves alone.
+
+    How: What vLLM may use, total × gpu_memory_utilization (printed by the profiling record and the
+    `Free memory on device` report, else computed from a stated total and utilization; on the CPU
+    backend, the memory requested for the worker on its NUMA node; on HPU, the memory free after the
+    profiling run × utilization, as `Free device memory` prints it), and what lies outside it (total
+    − budget): memory vLLM leaves alone.
+
+    Example: `Desired GPU memory utilization is (0.92, 72.91 GiB)`: 72.91 GiB of 79.25."""
     util = kb.get("config", "gpu_memory_utilization")
     if target(kb) is None or util is None:
         return

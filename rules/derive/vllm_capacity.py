@@ -4,6 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, implied_bytes_per_token
 
 
 def release(version) -> tuple:
@@ -21,12 +22,15 @@ def release(version) -> tuple:
       reads=(F.VllmKVCacheSize, F.VllmStartupError, F.VllmGpuBlocks, F.VllmHybridBlockSize, "config:block_size", "config:framework_version"),
       concludes=("kv_pool:tokens",))
 def tokens(kb):
-    """Token capacity: `GPU KV cache size: N tokens`. Up to 0.11.0 the engine prints one such
-    line per worker and uses the smallest, so the minimum is the capacity; older engines print
-    `# GPU blocks` instead, which gives tokens only with a stated block size (the max-seq-len
-    start-up error states the token count too). From 0.21 the
-    figure is derived from the concurrency, and for hybrid models it can exceed what the pool
-    holds."""
+    """What it concludes: `kv_pool.tokens`: the token capacity of vLLM's KV cache.
+
+    How: `GPU KV cache size: N tokens`. Up to 0.11.0 the engine prints one such line per worker and
+    uses the smallest, so the minimum is the capacity; older engines print `# GPU blocks` instead,
+    which gives tokens only with a stated block size (the max-seq-len start-up error states the
+    token count too). From 0.21 the figure is derived from the concurrency, and for hybrid models it
+    can exceed what the pool holds.
+
+    Example: `GPU KV cache size: 97,728 tokens`."""
     sizes = kb.of(F.VllmKVCacheSize, role=None)
     refused = next((e for e in kb.of(F.VllmStartupError, role=None) if e.kv_tokens is not None), None)
     blocks = kb.first(F.VllmGpuBlocks, role=None)
@@ -61,8 +65,14 @@ def tokens(kb):
       reads=("kv_pool:tokens", "breakdown:kv_cache"),
       concludes=("kv_pool:bytes_per_token",))
 def bytes_per_token(kb):
-    """Bytes per token the log implies: the available KV memory / the token capacity (GiB
-    printed to two decimals, so ±0.005 GiB of rounding)."""
+    """What it concludes: `kv_pool.bytes_per_token`: the bytes one token's KV takes, as the log
+    implies.
+
+    How: Bytes per token the log implies: the available KV memory / the token capacity (GiB printed
+    to two decimals, so ±0.005 GiB of rounding).
+
+    Example: `Available KV cache memory: 34.64 GiB` and `GPU KV cache size: 1,135,072 tokens`: 34.64
+    × 2^30 / 1135072 ≈ 32768 B."""
     tokens_d, kv_d = kb.get("kv_pool", "tokens"), kb.get("breakdown", "kv_cache")
     if tokens_d is None or kv_d is None:
         return
@@ -70,23 +80,27 @@ def bytes_per_token(kb):
         yield Derived("kv_pool", "bytes_per_token", Unknown("needs a KV memory figure and a token count"),
                       "vllm.kv-pool.bytes-per-token", (tokens_d, kv_d))
         return
-    n, gib_value = tokens_d.value, kv_d.value
-    value = round(gib_value * (1 << 30) / n)
-    yield Derived("kv_pool", "bytes_per_token", value, "vllm.kv-pool.bytes-per-token", (kv_d, tokens_d),
-                  f"{gib_value} GiB × 2^30 / {n} tokens = {value} B "
-                  f"(printed rounding: {(gib_value - 0.005) * (1 << 30) / n:.0f}–{(gib_value + 0.005) * (1 << 30) / n:.0f} B)")
+    cell = implied_bytes_per_token(kv_d.value, tokens_d.value)
+    yield Derived("kv_pool", "bytes_per_token", cell.bytes, "vllm.kv-pool.bytes-per-token", (kv_d, tokens_d),
+                  cell.formula, {"low": cell.low, "high": cell.high})
 
 
 @rule("vllm.concurrency",
       reads=(F.Options, "kv_pool:tokens", "config:max_running_requests"),
       concludes=("concurrency",))
 def concurrency(kb):
-    """For each request length L: token limit = KV tokens // L; request limit = max_num_seqs
-    where the log states it (its default depends on release and GPU, so it is not assumed);
-    concurrent requests = the smaller, or the token limit as an upper bound when the request
-    limit is unknown. vLLM's own `Maximum concurrency` line is shown beside it as a check."""
+    """What it concludes: `concurrency.<L>`: how many requests of L tokens fit in vLLM's KV cache at
+    once.
+
+    How: For each request length L: token limit = KV tokens // L; request limit = max_num_seqs where
+    the log states it (its default depends on release and GPU, so it is not assumed); concurrent
+    requests = the smaller, or the token limit as an upper bound when the request limit is unknown.
+    vLLM's own `Maximum concurrency` line is shown beside it as a check.
+
+    Example: 97,728 tokens // 8192 = 11 requests; vLLM prints `Maximum concurrency for 8,192 tokens
+    per request: 11.93x`."""
     options = kb.first(F.Options, role=None)
-    lengths = options.token_lengths if options else (4096, 6144, 8192)
+    lengths = options.token_lengths if options else DEFAULT_TOKEN_LENGTHS
     tokens_d = kb.get("kv_pool", "tokens")
     seqs = kb.get("config", "max_running_requests")
     if tokens_d is None:
@@ -112,8 +126,14 @@ def concurrency(kb):
       reads=(F.VllmMaxConcurrency, "kv_pool:tokens"),
       concludes=("concurrency_check",))
 def concurrency_check(kb):
-    """vLLM's own `Maximum concurrency for N tokens per request: X` beside capdiag's figure at
-    N: KV tokens / N must give X (to two decimals), else the two disagree and the report says so."""
+    """What it concludes: `concurrency_check`: whether vLLM's own maximum-concurrency figure agrees
+    with capdiag's.
+
+    How: vLLM's own `Maximum concurrency for N tokens per request: X` beside capdiag's figure at N:
+    KV tokens / N must give X (to two decimals), else the two disagree and the report says so.
+
+    Example: `Maximum concurrency for 8,192 tokens per request: 11.93x` against 97,728 / 8192 =
+    11.93."""
     tokens_d = kb.get("kv_pool", "tokens")
     stated = [s for s in kb.of(F.VllmMaxConcurrency, role=None) if s.tokens > 0]  # "for 0 tokens" checks nothing
     if tokens_d is None or not tokens_d.known or not stated:

@@ -31,14 +31,18 @@ def _stated(value) -> bool:
              F.VllmModelName, F.LaunchCommand),
       concludes=("config:framework_version", *(f"config:{key}" for key in _FIELDS)))
 def config(kb):
-    """Concludes each configuration value the log states: the version from the banner or the
-    engine line; the rest from the engine-config line (resolved values: `max_seq_len` is
-    max_model_len), then from `non-default args` / `args: Namespace(…)`, `Using max model len`,
-    the `Maximum concurrency for N tokens` line (N is max_model_len), the max-seq-len start-up
-    error, a line that names the model (`Starting to load model X...`), and last a pasted launch
-    command (`vllm serve`, the API-server module, `docker run` of a vLLM image): the log's own
-    statement wins over the command. A setting left at its default is not in `non-default args`
-    and stays unstated."""
+    """What it concludes: `config.*`: each serving setting the vLLM log states (version, model,
+    max_model_len, TP/PP/DP, KV dtype, quantization, enforce_eager, max_num_seqs, block size, …).
+
+    How: The version from the banner or the engine line; the rest from the engine-config line
+    (resolved values: `max_seq_len` is max_model_len), then from `non-default args` / `args:
+    Namespace(…)`, `Using max model len`, the `Maximum concurrency for N tokens` line (N is
+    max_model_len), the max-seq-len start-up error, a line that names the model (`Starting to load
+    model X...`), and last a pasted launch command (`vllm serve`, the API-server module, `docker
+    run` of a vLLM image): the log's own statement wins over the command. A setting left at its
+    default is not in `non-default args` and stays unstated.
+
+    Example: `non-default args: {'model': 'Qwen/Qwen2.5-1.5B-Instruct', 'max_model_len': 8192}`."""
     version = kb.first(F.VllmVersion, role=None)
     engine = kb.first(F.VllmEngineConfig, role=None)
     if version is not None:
@@ -88,10 +92,15 @@ def config(kb):
              F.LaunchCommand),
       concludes=("config:gpu_memory_utilization",))
 def gpu_memory_utilization(kb):
-    """Concludes gpu_memory_utilization from the first statement of it: the arguments, the V0
-    profiling record, the `Free memory on device` report, the 0.20+ CUDA-graph advice line, the
-    DEBUG `Requested memory` line, and last a pasted launch command. Not stated → unknown: its default changed between releases
-    (0.90 up to 0.19, 0.92 from 0.20), so none is assumed."""
+    """What it concludes: `config.gpu_memory_utilization`: vLLM's memory fraction, as the log states
+    it.
+
+    How: The arguments, the V0 profiling record, the `Free memory on device` report, the 0.20+
+    CUDA-graph advice line, the DEBUG `Requested memory` line, and last a pasted launch command. Not
+    stated → unknown: its default changed between releases (0.90 up to 0.19, 0.92 from 0.20), so
+    none is assumed.
+
+    Example: `Desired GPU memory utilization is (0.92, 72.91 GiB)`."""
     for a in kb.of(F.VllmArgs, role=None):
         if isinstance(a.fields.get("gpu_memory_utilization"), (int, float)):
             value = a.fields["gpu_memory_utilization"]

@@ -13,9 +13,8 @@ from typing import Optional
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules.derive.kv_theory import element_size
+from capdiag.vocabulary import GIB, element_size
 
-GIB = 1 << 30
 TOLERANCE = 0.15  # within ±15% the measured weights agree with the estimate
 
 
@@ -96,10 +95,15 @@ def bytes_per_weight(cfg: dict) -> tuple[Optional[float], str]:
       reads=(F.ModelConfig, "breakdown:weights", "config:tp_size", "config:pp_size"),
       concludes=("weights:theoretical_gib",))
 def theoretical(kb):
-    """Expected weights per rank from config.json: parameters × bytes per weight / (TP × PP),
+    """What it concludes: `weights.theoretical_gib`: the weights each rank should hold, from
+    config.json, against the measured row.
+
+    How: Expected weights per rank from config.json: parameters × bytes per weight / (TP × PP),
     against the measured `weights` row. Within ±15% they agree; beyond, the report lists what
     usually explains it (a vision tower or MTP/draft layers the count leaves out, layers kept
-    unquantized, experts not sharded by TP) — or says it is unexplained."""
+    unquantized, experts not sharded by TP) — or says it is unexplained.
+
+    Example: 8.03 B parameters × 2 B (bfloat16) / 1 rank = 14.96 GiB; measured 14.99 GiB: agrees."""
     model = kb.first(F.ModelConfig, role=None)
     if model is None:
         return

@@ -1,9 +1,8 @@
-"""context-exceeds-kv (CD104)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import Finding, rule
-from capdiag.rules._common import cannot_judge, line_ref
+from capdiag.engine import Parts, cannot_judge, rule
+from capdiag.rules._common import line_ref
 
 @rule("context-exceeds-kv", code="CD104", severity="warning", thresholds={"few_requests": 2},
       reads=(F.VllmStartupError, "kv_pool:tokens", "config:max_model_len?", "config:context_len?"))
@@ -23,18 +22,19 @@ def context_exceeds_kv(kb, t):
     """
     error = next((e for e in kb.of(F.VllmStartupError, role=None) if e.reason == "max-seq-len"), None)
     if error is not None:
-        yield Finding("finding", "context-exceeds-kv", None, "context-exceeds-kv", (error,),
-                      f"vLLM refused to start ({line_ref(error)}): max_model_len {error.model_len} exceeds the "
-                      f"{error.kv_tokens} tokens the KV cache holds.",
-                      severity="error", title="The context length exceeds the KV cache",
-                      action=f"Set --max-model-len ≤ {error.kv_tokens}, or raise --gpu-memory-utilization, "
-                             "use an fp8 KV cache or more TP.")
+        yield Parts((error,),
+                    title="The context length exceeds the KV cache",
+                    message=f"vLLM refused to start ({line_ref(error)}): max_model_len {error.model_len} exceeds the "
+                            f"{error.kv_tokens} tokens the KV cache holds.",
+                    action=f"Set --max-model-len ≤ {error.kv_tokens}, or raise --gpu-memory-utilization, "
+                           "use an fp8 KV cache or more TP.",
+                    severity="error")
         return
     tokens = kb.get("kv_pool", "tokens")
     context = kb.get("config", "max_model_len") or kb.get("config", "context_len")
     if tokens is None or context is None or not tokens.known or not context.known \
             or not isinstance(context.value, int) or not context.value:
-        yield cannot_judge("context-exceeds-kv", ("the KV pool's token count", tokens),
+        yield cannot_judge(("the KV pool's token count", tokens),
                            ("the context length", context if context is None or context.known and
                             isinstance(context.value, int) and context.value else None))
         return
@@ -43,9 +43,11 @@ def context_exceeds_kv(kb, t):
         return
     title = ("One request at the full context does not fit in the KV pool" if fit == 0
              else f"Only {fit} request at the full context fits in the KV pool")
-    yield Finding("finding", "context-exceeds-kv", None, "context-exceeds-kv", (tokens, context),
-                  f"The pool holds {tokens.value} tokens; the context length is {context.value}: "
-                  f"{fit} full-length request(s) fit at once.",
-                  severity="warning" if fit == 0 else "info", title=title,
-                  action=f"Lower the context length to ≤ {tokens.value}, or grow the pool (higher static fraction, "
-                         "fp8 KV cache, more TP).", detail={"fit": fit})
+    yield Parts((tokens, context),
+                title=title,
+                message=f"The pool holds {tokens.value} tokens; the context length is {context.value}: "
+                        f"{fit} full-length request(s) fit at once.",
+                action=f"Lower the context length to ≤ {tokens.value}, or grow the pool (higher static fraction, "
+                       "fp8 KV cache, more TP).",
+                detail={"fit": fit},
+                severity="warning" if fit == 0 else "info")

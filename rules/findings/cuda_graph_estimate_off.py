@@ -1,9 +1,8 @@
-"""cuda-graph-estimate-off (CD117)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, line_ref
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import line_ref
 
 
 @rule("cuda-graph-estimate-off", code="CD117", severity="warning", thresholds={"max_error_percent": 30.0},
@@ -31,20 +30,22 @@ def cuda_graph_estimate_off(kb, t):
         error = 100 * (pool.estimated_gib - pool.actual_gib) / pool.actual_gib
         if abs(error) > t["max_error_percent"]:
             direction = "over" if error > 0 else "under"
-            yield finding("cuda-graph-estimate-off", (pool,),
-                          f"vLLM estimated {pool.estimated_gib} GiB of CUDA graphs, actual {pool.actual_gib} GiB "
-                          f"({error:+.0f}%, {line_ref(pool)}): the KV budget was {direction}-reserved by "
-                          f"{abs(pool.estimated_gib - pool.actual_gib):.2f} GiB.",
-                          severity="warning", title=f"CUDA-graph estimate off by {error:+.0f}%",
-                          action="Adjust --gpu-memory-utilization by the difference / total (raise it when the "
-                                 "estimate is high, lower it when low).",
-                          detail={"error_percent": round(error, 1)}, key="estimate")
+            yield Parts((pool,),
+                        title=f"CUDA-graph estimate off by {error:+.0f}%",
+                        message=f"vLLM estimated {pool.estimated_gib} GiB of CUDA graphs, actual {pool.actual_gib} GiB "
+                                f"({error:+.0f}%, {line_ref(pool)}): the KV budget was {direction}-reserved by "
+                                f"{abs(pool.estimated_gib - pool.actual_gib):.2f} GiB.",
+                        action="Adjust --gpu-memory-utilization by the difference / total (raise it when the "
+                               "estimate is high, lower it when low).",
+                        detail={"error_percent": round(error, 1)},
+                        key="estimate")
             break
     negative = next((g for g in kb.of(F.VllmGraphCapture) if g.gib is not None and g.gib < 0), None)
     if negative is not None:
-        yield finding("cuda-graph-estimate-off", (negative,),
-                      f"The capture line prints {negative.gib} GiB ({line_ref(negative)}): free memory rose during "
-                      "capture (the allocator released cached blocks), so it measures nothing.",
-                      severity="info", title="Negative CUDA-graph memory figure",
-                      action="Treat graph memory as unknown for this start-up; nvidia-smi after start-up measures it.",
-                      key="negative")
+        yield Parts((negative,),
+                    title="Negative CUDA-graph memory figure",
+                    message=f"The capture line prints {negative.gib} GiB ({line_ref(negative)}): free memory rose "
+                            "during capture (the allocator released cached blocks), so it measures nothing.",
+                    action="Treat graph memory as unknown for this start-up; nvidia-smi after start-up measures it.",
+                    key="negative",
+                    severity="info")

@@ -1,9 +1,8 @@
-"""cuda-graph-heavy (CD116)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import cannot_judge, finding, is_vllm
+from capdiag.engine import Parts, cannot_judge, rule
+from capdiag.rules._common import is_vllm
 
 
 @rule("cuda-graph-heavy", code="CD116", severity="info",
@@ -27,14 +26,14 @@ def cuda_graph_heavy(kb, t):
     kv = kb.get("breakdown", "kv_cache")
     total = kb.get("gpu", "total_gib")
     if graphs is None or not graphs.known:
-        yield cannot_judge("cuda-graph-heavy", ("the CUDA-graph memory", graphs))
+        yield cannot_judge(("the CUDA-graph memory", graphs))
         return
     if graphs.value <= 0:
         return
     of_kv = 100 * graphs.value / kv.value if kv is not None and kv.known and kv.value else None
     of_total = 100 * graphs.value / total.value if total is not None and total.known and total.value else None
     if of_kv is None and of_total is None:
-        yield cannot_judge("cuda-graph-heavy", ("the KV cache size", kv), ("the GPU total", total))
+        yield cannot_judge(("the KV cache size", kv), ("the GPU total", total))
         return
     if not ((of_kv is not None and of_kv > t["max_percent_of_kv"]) or
             (of_total is not None and of_total > t["max_percent_of_total"])):
@@ -46,7 +45,7 @@ def cuda_graph_heavy(kb, t):
     hint = (f" Captured up to batch {max_bs}: halving it would free roughly {graphs.value / 2:.2f} GiB (estimate)."
             if isinstance(max_bs, int) else "")
     flag = "cudagraph_capture_sizes / max_capture_size" if is_vllm(kb) else "--cuda-graph-max-bs"
-    yield finding("cuda-graph-heavy", (graphs, kv, total, args if max_bs else None),
-                  f"CUDA graphs hold {graphs.value} GiB ({share}).{hint}",
-                  severity="info", title=f"CUDA graphs take {graphs.value} GiB",
-                  action=f"Lower {flag} to the concurrency you serve; re-measure after.")
+    yield Parts((graphs, kv, total, args if max_bs else None),
+                title=f"CUDA graphs take {graphs.value} GiB",
+                message=f"CUDA graphs hold {graphs.value} GiB ({share}).{hint}",
+                action=f"Lower {flag} to the concurrency you serve; re-measure after.")

@@ -1,9 +1,8 @@
-"""deepgemm-jit-suspected (CD107)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, line_ref
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import line_ref
 
 
 def _deepgemm_evidence(kb):
@@ -59,9 +58,8 @@ def deepgemm_jit_suspected(kb):
            f"the model class {weights.model_class} uses DeepSeek-style MoE kernels")
     where = (f"{other.value} GiB is unexplained" if unexplained else
              "without nvidia-smi output the unexplained share cannot be measured")
-    yield finding("deepgemm-jit-suspected", (*lines[:3], weights if deepseek else None, model if block_fp8 else None,
-                                             other),
-                  f"{why}; DeepGEMM JIT memory is never logged, and {where}.",
-                  severity="info", title="DeepGEMM JIT memory is a likely part of unexplained memory",
-                  action="Sample nvidia-smi after start-up with a warm JIT cache and with DeepGEMM JIT disabled; "
-                         "the difference is its share.")
+    yield Parts((*lines[:3], weights if deepseek else None, model if block_fp8 else None, other),
+                title="DeepGEMM JIT memory is a likely part of unexplained memory",
+                message=f"{why}; DeepGEMM JIT memory is never logged, and {where}.",
+                action="Sample nvidia-smi after start-up with a warm JIT cache and with DeepGEMM JIT disabled; "
+                       "the difference is its share.")

@@ -1,9 +1,7 @@
-"""dp-attention-budget (CD119)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.engine import Parts, rule
 
 
 @rule("dp-attention-budget", code="CD119", severity="info",
@@ -35,9 +33,9 @@ def dp_attention_budget(kb):
         totals += (f" At {rows[0].key} tokens per request: {rows[0].value} concurrent per worker, "
                    f"{rows[0].value * workers} across {workers} workers.")
     sources = [d for d in (kb.get("config", "dp_size"), tokens) if d is not None]
-    yield finding("dp-attention-budget", sources or [f for f in kb.facts if f.rank.dp is not None
-                                                     and f.role != F.RUNTIME_ROLE][:4],
-                  f"{workers} DP workers: token and request limits in the log are per worker.{totals}",
-                  severity="info", title=f"Capacity is per DP worker ({workers} workers)",
-                  action="Size the longest request against one worker's pool; multiply by the worker count only "
-                         "for aggregate capacity.", detail={"workers": workers})
+    yield Parts(sources or [f for f in kb.facts if f.rank.dp is not None and f.role != F.RUNTIME_ROLE][:4],
+                title=f"Capacity is per DP worker ({workers} workers)",
+                message=f"{workers} DP workers: token and request limits in the log are per worker.{totals}",
+                action="Size the longest request against one worker's pool; multiply by the worker count only "
+                       "for aggregate capacity.",
+                detail={"workers": workers})

@@ -1,11 +1,9 @@
-"""excess-headroom (CD111)."""
 from __future__ import annotations
 
-from capdiag.engine import rule
+from capdiag.engine import Parts, cannot_judge, rule
 from capdiag import facts as F
-from capdiag.rules._common import cannot_judge, finding, gib, is_vllm, target
-
-GIB = 1 << 30
+from capdiag.rules._common import gib, is_vllm, target
+from capdiag.vocabulary import GIB
 
 
 # Lines that show the start-up failed or ran out of memory: free memory is then no waste.
@@ -16,8 +14,7 @@ _FAILED = (F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, F.SchedulerExce
       reads=(F.LoadWeightBegin, F.MemoryProfiling, F.Options, *_FAILED, "breakdown:kv_cache?", "kv_pool:bytes_per_token?",
              "kv_pool:tokens?", "breakdown:budget?", "gpu:total_gib?", "config:gpu_memory_utilization?",
              "breakdown:free?", "config:mem_fraction_static?", "target_rank?", "failure?", "pool_cap?",
-             F.VllmStartupMemory),
-      concludes=("finding:excess-headroom",))
+             F.VllmStartupMemory))
 def excess_headroom(kb, t):
     """What it checks: more than `max_free_gib` GiB is still free at the end of start-up.
 
@@ -46,7 +43,7 @@ def excess_headroom(kb, t):
         budget, total, util = kb.get("breakdown", "budget"), kb.get("gpu", "total_gib"), \
             kb.get("config", "gpu_memory_utilization")
         if None in (budget, total, util) or not (budget.known and total.known and util.known):
-            yield cannot_judge("excess-headroom", ("vLLM's memory budget", budget), ("the GPU total", total),
+            yield cannot_judge(("vLLM's memory budget", budget), ("the GPU total", total),
                                ("gpu_memory_utilization", util))
             return
         free, base, fraction, name = total.value - budget.value, total.value, util.value, "gpu_memory_utilization"
@@ -58,7 +55,7 @@ def excess_headroom(kb, t):
         profiling = kb.first(F.MemoryProfiling, role=None)
         pre = begin.avail_gib if begin is not None else profiling.total_gpu_memory_gib if profiling else None
         if free_row is None or not free_row.known or mfs is None or not mfs.known or pre is None:
-            yield cannot_judge("excess-headroom", ("the memory free at the end of start-up", free_row),
+            yield cannot_judge(("the memory free at the end of start-up", free_row),
                                ("mem_fraction_static", mfs),
                                *((("the free memory before weights load", None),) if pre is None else ()))
             return
@@ -75,9 +72,9 @@ def excess_headroom(kb, t):
         extra = int(grow * GIB // per_token.value)
         projection = f"; about {extra:,} more tokens ({tokens.value:,} → {tokens.value + extra:,})"
         premises += (per_token, tokens)
-    yield finding("excess-headroom", premises + ((kv,) if kv is not None else ()),
-                  f"{gib(free)} GiB is still free after start-up; {name} {fraction} → {suggested} would grow the KV pool "
-                  f"by about {gib(grow)} GiB, keeping {t['keep_gib']} GiB free{projection}.",
-                  severity="info", title=f"{gib(free)} GiB left unused after start-up",
-                  action=f"Raise {name} to about {suggested} and check the next start-up's free memory.",
-                  detail={"free_gib": gib(free), "suggested": suggested})
+    yield Parts(premises + ((kv,) if kv is not None else ()),
+                title=f"{gib(free)} GiB left unused after start-up",
+                message=f"{gib(free)} GiB is still free after start-up; {name} {fraction} → {suggested} would grow "
+                        f"the KV pool by about {gib(grow)} GiB, keeping {t['keep_gib']} GiB free{projection}.",
+                action=f"Raise {name} to about {suggested} and check the next start-up's free memory.",
+                detail={"free_gib": gib(free), "suggested": suggested})

@@ -1,15 +1,13 @@
-"""fp8-kv-opportunity (CD114)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import cannot_judge, finding, is_vllm
-from capdiag.rules.derive.kv_theory import element_size
+from capdiag.engine import Parts, cannot_judge, rule
+from capdiag.rules._common import is_vllm
+from capdiag.vocabulary import element_size
 
 
 @rule("fp8-kv-opportunity", code="CD114", severity="info",
-      reads=("kv_pool:dtype", "kv_pool:tokens?", "kv_pool:theoretical_bytes_per_token?", "concurrency?", F.Options),
-      concludes=("finding:fp8-kv-opportunity",))
+      reads=("kv_pool:dtype", "kv_pool:tokens?", "kv_pool:theoretical_bytes_per_token?", "concurrency?", F.Options))
 def fp8_kv_opportunity(kb):
     """What it checks: the KV cache is stored in a 16-bit type (bf16/fp16).
 
@@ -27,7 +25,7 @@ def fp8_kv_opportunity(kb):
     dtype = kb.get("kv_pool", "dtype")
     tokens = kb.get("kv_pool", "tokens")
     if dtype is None or not dtype.known:
-        yield cannot_judge("fp8-kv-opportunity", ("the KV cache dtype", dtype))
+        yield cannot_judge(("the KV cache dtype", dtype))
         return
     if element_size(dtype.value) != 2:
         return
@@ -45,7 +43,8 @@ def fp8_kv_opportunity(kb):
         projected += (f", and at {first.key} tokens per request {min(doubled, limit) if limit else doubled} "
                       f"concurrent requests instead of {first.value}")
     flag = "--kv-cache-dtype fp8" if is_vllm(kb) else "--kv-cache-dtype fp8_e4m3"
-    yield finding("fp8-kv-opportunity", (dtype, tokens),
-                  f"The KV cache is {dtype.value} (2 bytes per element); fp8 would roughly double capacity{projected}.",
-                  severity="info", title="An fp8 KV cache would roughly double token capacity",
-                  action=f"Try {flag}; check accuracy first (fp8 KV without calibrated scales can cost quality).")
+    yield Parts((dtype, tokens),
+                title="An fp8 KV cache would roughly double token capacity",
+                message=f"The KV cache is {dtype.value} (2 bytes per element); fp8 would roughly double "
+                        f"capacity{projected}.",
+                action=f"Try {flag}; check accuracy first (fp8 KV without calibrated scales can cost quality).")

@@ -1,8 +1,6 @@
-"""gpu-capacity-ambiguous (CD123)."""
 from __future__ import annotations
 
-from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.engine import Parts, rule
 
 
 @rule("gpu-capacity-ambiguous", code="CD123", severity="warning",
@@ -32,7 +30,7 @@ def gpu_capacity_ambiguous(kb):
         reasons.append("its memory is shared with the CPU")
     if not reasons:
         return
-    yield finding("gpu-capacity-ambiguous", (total, ident),
-                  f"The GPU total is uncertain: {'; '.join(reasons)}.",
-                  severity="warning", title="The GPU's capacity is uncertain",
-                  action="Give --gpu-total-gib or --nvidia-smi-file from the machine itself.")
+    yield Parts((total, ident),
+                title="The GPU's capacity is uncertain",
+                message=f"The GPU total is uncertain: {'; '.join(reasons)}.",
+                action="Give --gpu-total-gib or --nvidia-smi-file from the machine itself.")

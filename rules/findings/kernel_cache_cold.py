@@ -1,9 +1,8 @@
-"""kernel-cache-cold (CD108)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, line_ref
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import line_ref
 
 
 @rule("kernel-cache-cold", code="CD108", severity="info", thresholds={"long_capture_s": 120.0},
@@ -30,8 +29,8 @@ def kernel_cache_cold(kb, t):
         return
     signs = ([f"compiled-kernel caches moved to SGLANG_CACHE_DIR ({line_ref(moved[0])})"] if moved else []) + \
             ([f"a {slow[0].elapsed_s:.0f} s graph capture ({line_ref(slow[0])})"] if slow else [])
-    yield finding("kernel-cache-cold", (*moved[:1], *slow[:1]),
-                  "This start-up likely compiled kernels from a cold cache: " + "; ".join(signs) + ".",
-                  severity="info", title="Kernels were probably compiled cold",
-                  action="Persist SGLANG_CACHE_DIR (and Triton/Inductor caches) across restarts; measure memory and "
-                         "start-up time on a warm start.")
+    yield Parts((*moved[:1], *slow[:1]),
+                title="Kernels were probably compiled cold",
+                message="This start-up likely compiled kernels from a cold cache: " + "; ".join(signs) + ".",
+                action="Persist SGLANG_CACHE_DIR (and Triton/Inductor caches) across restarts; measure memory and "
+                       "start-up time on a warm start.")

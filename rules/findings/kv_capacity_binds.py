@@ -1,9 +1,8 @@
-"""kv-capacity-binds (CD126)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, knob, runtime
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import knob, runtime
 
 
 @rule("kv-capacity-binds", code="CD126", severity="warning", thresholds={"min_share_full": 0.05},
@@ -31,11 +30,12 @@ def kv_capacity_binds(kb, t):
     if not lines or q["queued_while_kv_full"] / lines < t["min_share_full"]:
         return
     usage = d.value["kv_usage"]
-    yield finding("kv-capacity-binds", (d,),
-                  f"In {q['queued_while_kv_full']} of {lines} traffic lines requests waited while the KV pool was at "
-                  f"or above 90 % (peak {round(100 * usage['peak'])} %, p90 {round(100 * usage['p90'])} %, at 100 % in "
-                  f"{round(100 * usage['share_at_100'], 1)} % of lines; up to {q['peak']} requests queued).",
-                  severity="warning", title="KV capacity binds under real traffic",
-                  action=f"Give the KV pool more memory ({knob(kb)} where the start-up left memory free, an fp8 KV "
-                         f"cache, more GPUs), or expect requests to wait at this load.",
-                  detail={"queued_while_kv_full": q["queued_while_kv_full"], "lines": lines})
+    yield Parts((d,),
+                title="KV capacity binds under real traffic",
+                message=f"In {q['queued_while_kv_full']} of {lines} traffic lines requests waited while the KV pool "
+                        f"was at or above 90 % (peak {round(100 * usage['peak'])} %, p90 {round(100 * usage['p90'])} "
+                        f"%, at 100 % in {round(100 * usage['share_at_100'], 1)} % of lines; up to {q['peak']} "
+                        "requests queued).",
+                action=f"Give the KV pool more memory ({knob(kb)} where the start-up left memory free, an fp8 KV "
+                       f"cache, more GPUs), or expect requests to wait at this load.",
+                detail={"queued_while_kv_full": q["queued_while_kv_full"], "lines": lines})

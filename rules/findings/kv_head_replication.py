@@ -1,8 +1,6 @@
-"""kv-head-replication (CD113)."""
 from __future__ import annotations
 
-from capdiag.engine import rule
-from capdiag.rules._common import cannot_judge, finding
+from capdiag.engine import Parts, cannot_judge, rule
 
 
 @rule("kv-head-replication", code="CD113", severity="info",
@@ -22,13 +20,14 @@ def kv_head_replication(kb):
     theory = kb.get("kv_pool", "theoretical_bytes_per_token")
     if theory is None or not theory.known:
         what = "the theoretical KV bytes per token" if theory is not None else "the model's config.json"
-        yield cannot_judge("kv-head-replication", (what, theory or "give --config-json"))
+        yield cannot_judge((what, theory or "give --config-json"))
         return
     if theory.detail.get("replication", 1) <= 1:
         return
     copies = theory.detail["replication"]
-    yield finding("kv-head-replication", (theory,),
-                  f"Each KV head is stored {copies} times across the attention-TP ranks ({theory.formula}).",
-                  severity="info", title=f"KV heads are replicated {copies}×",
-                  action="Use DP attention or a TP size ≤ the KV-head count (with PP for the rest) to stop storing "
-                         "copies.", detail={"copies": copies})
+    yield Parts((theory,),
+                title=f"KV heads are replicated {copies}×",
+                message=f"Each KV head is stored {copies} times across the attention-TP ranks ({theory.formula}).",
+                action="Use DP attention or a TP size ≤ the KV-head count (with PP for the rest) to stop storing "
+                       "copies.",
+                detail={"copies": copies})

@@ -1,19 +1,17 @@
-"""kv-retractions (CD128)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
+from capdiag.engine import Parts, rule
 from capdiag.rules.findings._advice import round_down
-from capdiag.rules._common import finding, gib, is_vllm, runtime, target
+from capdiag.rules._common import gib, is_vllm, runtime, target
+from capdiag.vocabulary import GIB
 
-GIB = 1 << 30
 STEP = 0.01  # the utilization step whose tokens the vLLM advice states
 
 
 @rule("kv-retractions", code="CD128", severity="warning",
       reads=("runtime", "kv_pool:bytes_per_token?", "config:mem_fraction_static?", "config:gpu_memory_utilization?",
-             "breakdown:free?", "gpu:total_gib?", "target_rank", F.LoadWeightBegin, F.Options, F.TrafficMark),
-      concludes=("finding:kv-retractions",))
+             "breakdown:free?", "gpu:total_gib?", "target_rank", F.LoadWeightBegin, F.Options, F.TrafficMark))
 def kv_retractions(kb):
     """What it checks: the running server retracted requests (SGLang `KV cache pool is full.
     Retract requests. #retracted_reqs: N`, `Decode out of memory happened` before v0.4.8, or its
@@ -47,22 +45,23 @@ def kv_retractions(kb):
         first, last = marks.get("first_retraction"), marks.get("last_retraction")
         said = (f"{v['retractions']} request(s) were retracted in {v['retraction_events']} event(s)"
                 f"{_span(first, last)}")
-        yield finding("kv-retractions", (d, first, last), said + ". " + _missing(kb, v["retraction_tokens_max"]),
-                      severity="warning", title="The KV pool ran out: requests were retracted",
-                      action="Give the KV pool the missing tokens (see above), use an fp8 KV cache, or raise "
-                             "--schedule-conservativeness / lower --max-running-requests so fewer requests start.",
-                      detail={"retractions": v["retractions"], "tokens_missing": v["retraction_tokens_max"]})
+        yield Parts((d, first, last),
+                    title="The KV pool ran out: requests were retracted",
+                    message=said + ". " + _missing(kb, v["retraction_tokens_max"]),
+                    action="Give the KV pool the missing tokens (see above), use an fp8 KV cache, or raise "
+                           "--schedule-conservativeness / lower --max-running-requests so fewer requests start.",
+                    detail={"retractions": v["retractions"], "tokens_missing": v["retraction_tokens_max"]})
     elif counted.get("retractions", {}).get("last"):
         c = counted["retractions"]
-        yield finding("kv-retractions", (d,),
-                      f"SGLang counts {c['last']:,} retracted request(s) since it started ({c['metric']})"
-                      f"{_between(c, v['rates'])}; the counter does not say how many KV tokens were missing "
-                      "(its log's retraction lines do, from v0.5: `#new_tokens_gained`).",
-                      severity="warning", title="The KV pool ran out: requests were retracted",
-                      action="Give the KV pool more memory (a higher --mem-fraction-static where the start-up left "
-                             "memory free, an fp8 KV cache), or raise --schedule-conservativeness / lower "
-                             "--max-running-requests so fewer requests start.",
-                      detail={"retractions": c["last"], "tokens_missing": None})
+        yield Parts((d,),
+                    title="The KV pool ran out: requests were retracted",
+                    message=f"SGLang counts {c['last']:,} retracted request(s) since it started ({c['metric']})"
+                            f"{_between(c, v['rates'])}; the counter does not say how many KV tokens were missing "
+                            "(its log's retraction lines do, from v0.5: `#new_tokens_gained`).",
+                    action="Give the KV pool more memory (a higher --mem-fraction-static where the start-up left "
+                           "memory free, an fp8 KV cache), or raise --schedule-conservativeness / lower "
+                           "--max-running-requests so fewer requests start.",
+                    detail={"retractions": c["last"], "tokens_missing": None})
     elif v["preemptions"]:
         last, c = marks.get("last_preemption"), counted.get("preemptions")
         if last is not None:
@@ -71,12 +70,12 @@ def kv_retractions(kb):
         else:
             said = (f"vLLM counts {v['preemptions']} preemption(s) since it started"
                     + (f" ({c['metric']}){_between(c, v['rates'])}" if c else ""))
-        yield finding("kv-retractions", (d, last),
-                      said + "; it does not say how many KV tokens were missing." + _vllm_room(kb),
-                      severity="warning", title="The KV pool ran out: requests were preempted",
-                      action="Raise --gpu-memory-utilization where the start-up left memory free, use an fp8 KV cache, "
-                             "or lower --max-num-seqs.",
-                      detail={"preemptions": v["preemptions"]})
+        yield Parts((d, last),
+                    title="The KV pool ran out: requests were preempted",
+                    message=said + "; it does not say how many KV tokens were missing." + _vllm_room(kb),
+                    action="Raise --gpu-memory-utilization where the start-up left memory free, use an fp8 KV cache, "
+                           "or lower --max-num-seqs.",
+                    detail={"preemptions": v["preemptions"]})
 
 
 def _span(first, last) -> str:

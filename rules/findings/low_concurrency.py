@@ -1,8 +1,6 @@
-"""low-concurrency (CD124)."""
 from __future__ import annotations
 
-from capdiag.engine import rule
-from capdiag.rules._common import cannot_judge, finding
+from capdiag.engine import Parts, cannot_judge, rule
 
 
 @rule("low-concurrency", code="CD124", severity="warning", thresholds={"request_tokens": 4096, "min_concurrent": 1},
@@ -23,7 +21,7 @@ def low_concurrency(kb, t):
     """
     tokens = kb.get("kv_pool", "tokens")
     if tokens is None or not tokens.known:
-        yield cannot_judge("low-concurrency", ("the KV pool's token count", tokens))
+        yield cannot_judge(("the KV pool's token count", tokens))
         return
     length = int(t["request_tokens"])
     limit = kb.get("config", "max_running_requests")
@@ -31,9 +29,10 @@ def low_concurrency(kb, t):
     capped = min(fit, limit.value) if limit is not None and limit.known and isinstance(limit.value, int) else fit
     if capped >= t["min_concurrent"]:
         return
-    yield finding("low-concurrency", (tokens, limit),
-                  f"{capped} request(s) of {length} tokens fit at once ({tokens.value:,} KV tokens // {length}"
-                  + (f", request limit {limit.value}" if capped != fit else "") + f"); the floor is {t['min_concurrent']}.",
-                  severity="warning", title=f"Only {capped} concurrent request(s) of {length} tokens",
-                  action="Grow the KV pool (higher static fraction, fp8 KV cache, more TP) or lower the request length.",
-                  detail={"concurrent": capped, "request_tokens": length})
+    yield Parts((tokens, limit),
+                title=f"Only {capped} concurrent request(s) of {length} tokens",
+                message=f"{capped} request(s) of {length} tokens fit at once ({tokens.value:,} KV tokens // {length}"
+                        + (f", request limit {limit.value}" if capped != fit else "")
+                        + f"); the floor is {t['min_concurrent']}.",
+                action="Grow the KV pool (higher static fraction, fp8 KV cache, more TP) or lower the request length.",
+                detail={"concurrent": capped, "request_tokens": length})

@@ -1,7 +1,6 @@
-"""mem-fraction-unstated (CD103)."""
 from __future__ import annotations
 
-from capdiag.engine import Finding, rule
+from capdiag.engine import Parts, rule
 
 # the conclusions drawn from mem_fraction_static (rules/kv_pool.py's budget)
 _NEEDS_IT = ("budget_gib", "headroom_gib")
@@ -28,8 +27,8 @@ def mem_fraction_unstated(kb):
     blocked = [d for d in (kb.get("kv_pool", key) for key in _NEEDS_IT)
                if d is not None and not d.known and mfs in d.premises]
     names = sorted({f"{d.topic}.{d.key}" for d in blocked})
-    yield Finding("finding", "mem-fraction-unstated", None, "mem-fraction-unstated", (mfs, *blocked),
-                  f"{mfs.value.reason}; not computed because of it: {', '.join(names) or 'nothing else'}.",
-                  severity="info", title="mem_fraction_static is not stated in the log",
-                  action="Include the server_args line (or its mem_fraction_static) in the log analysed.",
-                  detail={"not_computed": names})
+    yield Parts((mfs, *blocked),
+                title="mem_fraction_static is not stated in the log",
+                message=f"{mfs.value.reason}; not computed because of it: {', '.join(names) or 'nothing else'}.",
+                action="Include the server_args line (or its mem_fraction_static) in the log analysed.",
+                detail={"not_computed": names})

@@ -1,9 +1,7 @@
-"""moe-expert-buffers (CD122)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.engine import Parts, rule
 from capdiag.rules.derive.weights_theory import _experts
 
 
@@ -29,8 +27,8 @@ def moe_expert_buffers(kb):
     if not experts and not lines:
         return
     what = f"{experts} experts (config.json)" if experts else "MoE kernel-config lines in the log"
-    yield finding("moe-expert-buffers", (model if experts else None, *lines[:1]),
-                  f"A mixture-of-experts model ({what}): expert routing and dispatch buffers are not reported by any "
-                  "line; they sit inside weights, graphs or the unexplained remainder.",
-                  severity="info", title="MoE buffers are not logged",
-                  action="Expect some unexplained memory; with EP/DeepEP, budget its all-to-all buffers.")
+    yield Parts((model if experts else None, *lines[:1]),
+                title="MoE buffers are not logged",
+                message=f"A mixture-of-experts model ({what}): expert routing and dispatch buffers are not reported "
+                        "by any line; they sit inside weights, graphs or the unexplained remainder.",
+                action="Expect some unexplained memory; with EP/DeepEP, budget its all-to-all buffers.")

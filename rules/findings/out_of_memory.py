@@ -1,8 +1,7 @@
-"""out-of-memory (CD102)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import Finding, rule
+from capdiag.engine import Parts, rule
 from capdiag.rules._common import is_vllm, line_ref
 from capdiag.rules.findings._advice import advised
 
@@ -25,8 +24,7 @@ _TRACED = {"init": ("weights", "the process ran out before the KV pool, while se
              F.MemoryProfiling, F.VllmMemoryProfile, F.VllmArgs, F.Options, *_POOL_SIZED, "failure?",
              "config:mem_fraction_static?", "config:gpu_memory_utilization?", "gpu:total_gib?", "breakdown:weights?",
              "breakdown:activation?", "breakdown:framework?", "target_rank?",
-             F.Fact),  # the last phase line before the error, whatever its kind
-      concludes=("finding:out-of-memory",))
+             F.Fact))  # the last phase line before the error, whatever its kind
 def out_of_memory(kb):
     """What it checks: a CUDA out-of-memory error; SGLang's "Not enough memory" or "Loaded
     weights leave no GPU memory for the KV cache"; vLLM's "No available memory for the cache
@@ -99,9 +97,8 @@ def out_of_memory(kb):
         "weights": f"The static fraction does not bound weight loading, so changing {knob} cannot help: add TP/PP, "
                    "use quantized weights, or free the GPU of other processes.",
     }[direction] + arithmetic
-    yield Finding("finding", "out-of-memory", None, "out-of-memory",
-                  tuple(p for p in (*errors, before[-1] if before else None) if p is not None),
-                  f"Out of memory after the {phase.replace('_', ' ')} phase ({line_ref(first)}): {why}.{detail}",
-                  severity="error", title=f"Out of memory during start-up ({phase.replace('_', ' ')})",
-                  action=action, detail={"direction": direction, "phase": phase,
-                                         "suggested": suggested})
+    yield Parts((*errors, before[-1] if before else None),
+                title=f"Out of memory during start-up ({phase.replace('_', ' ')})",
+                message=f"Out of memory after the {phase.replace('_', ' ')} phase ({line_ref(first)}): {why}.{detail}",
+                action=action,
+                detail={"direction": direction, "phase": phase, "suggested": suggested})

@@ -1,9 +1,8 @@
-"""overlap-weight-load (CD109)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, line_ref
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import line_ref
 
 
 @rule("overlap-weight-load", code="CD109", severity="info", frameworks=("sglang",),
@@ -27,8 +26,8 @@ def overlap_weight_load(kb):
     if not (stated or committed):
         return
     source = f"the commit line ({line_ref(committed)})" if committed else "server_args startup_weight_load_mode='overlap'"
-    yield finding("overlap-weight-load", (args if stated else None, committed),
-                  f"Weights load in overlap mode ({source}): no weight figure is printed, and weight paging overlaps "
-                  "graph capture.",
-                  severity="info", title="Weights load overlapped with graph capture",
-                  action="Take the weight footprint from config.json or a start-up without overlap mode.")
+    yield Parts((args if stated else None, committed),
+                title="Weights load overlapped with graph capture",
+                message=f"Weights load in overlap mode ({source}): no weight figure is printed, and weight paging "
+                        "overlaps graph capture.",
+                action="Take the weight footprint from config.json or a start-up without overlap mode.")

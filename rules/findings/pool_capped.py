@@ -1,15 +1,12 @@
-"""pool-capped (CD130)."""
 from __future__ import annotations
 
-from capdiag.engine import rule
-from capdiag.rules._common import finding, gib
-
-GIB = 1 << 30
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import gib
+from capdiag.vocabulary import GIB
 
 
 @rule("pool-capped", code="CD130", severity="info",
-      reads=("pool_cap", "breakdown:free?", "kv_pool:tokens?", "kv_pool:bytes_per_token?", "phase?"),
-      concludes=("finding:pool-capped",))
+      reads=("pool_cap", "breakdown:free?", "kv_pool:tokens?", "kv_pool:bytes_per_token?", "phase?"))
 def pool_capped(kb):
     """What it checks: a setting, not the memory fraction, sizes the KV pool — SGLang's
     `--max-total-tokens`, vLLM's `--kv-cache-memory` (`kv_cache_memory_bytes`) or
@@ -39,9 +36,10 @@ def pool_capped(kb):
         premises += [free, per_token]
     if tokens is not None and tokens.known:
         premises.append(tokens)
-    yield finding("pool-capped", premises,
-                  f"The KV pool is capped by {setting}={value}, not by memory{f' ({tokens.value:,} tokens)' if tokens is not None and tokens.known else ''}: "
-                  f"the memory fraction does not size it.{gain}",
-                  severity="info", title=f"The KV pool is capped by {setting}, not by memory",
-                  action=f"Keep {setting} if the cap is deliberate; remove it to let the memory fraction size the pool.",
-                  detail={"setting": setting, "value": value})
+    yield Parts(premises,
+                title=f"The KV pool is capped by {setting}, not by memory",
+                message=f"The KV pool is capped by {setting}={value}, not by memory"
+                        f"{f' ({tokens.value:,} tokens)' if tokens is not None and tokens.known else ''}: "
+                        f"the memory fraction does not size it.{gain}",
+                action=f"Keep {setting} if the cap is deliberate; remove it to let the memory fraction size the pool.",
+                detail={"setting": setting, "value": value})

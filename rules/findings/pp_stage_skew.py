@@ -1,9 +1,7 @@
-"""pp-stage-skew (CD118)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.engine import Parts, rule
 
 _READINGS = ((F.LoadWeightEnd, "mem_usage_gib", "weights"), (F.VllmModelLoading, "gib", "weights"),
              (F.MemoryPoolEnd, "avail_gib", "free after pools"), (F.VllmAvailableKV, "gib", "available KV memory"))
@@ -35,9 +33,11 @@ def pp_stage_skew(kb, t):
         high = max(by_stage.values(), key=lambda f: getattr(f, attr))
         spread = round(getattr(high, attr) - getattr(low, attr), 2)
         if spread > t["max_spread_gib"]:
-            yield finding("pp-stage-skew", tuple(by_stage.values()),
-                          f"Pipeline stages differ by {spread} GiB in {what}: PP{low.rank.pp} {getattr(low, attr)}, "
-                          f"PP{high.rank.pp} {getattr(high, attr)} GiB.",
-                          severity="warning", title=f"PP stages differ by {spread} GiB in {what}",
-                          action="Rebalance the layer partition across stages (SGLANG_PP_LAYER_PARTITION / "
-                                 "VLLM_PP_LAYER_PARTITION).", detail={"reading": what, "spread_gib": spread}, key=what)
+            yield Parts(tuple(by_stage.values()),
+                        title=f"PP stages differ by {spread} GiB in {what}",
+                        message=f"Pipeline stages differ by {spread} GiB in {what}: PP{low.rank.pp} "
+                                f"{getattr(low, attr)}, PP{high.rank.pp} {getattr(high, attr)} GiB.",
+                        action="Rebalance the layer partition across stages (SGLANG_PP_LAYER_PARTITION / "
+                               "VLLM_PP_LAYER_PARTITION).",
+                        detail={"reading": what, "spread_gib": spread},
+                        key=what)

@@ -1,9 +1,7 @@
-"""rank-imbalance (CD112)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import cannot_judge, finding
+from capdiag.engine import Parts, cannot_judge, rule
 
 # (fact kind, attribute, what it measures)
 _READINGS = ((F.LoadWeightBegin, "avail_gib", "free before weights"), (F.LoadWeightEnd, "mem_usage_gib", "weights"),
@@ -40,14 +38,15 @@ def rank_imbalance(kb, t):
         if spread <= t["max_spread_gib"]:
             continue
         binding = low if "free" in what or "KV" in what else high
-        yield finding("rank-imbalance", readings,
-                      f"{what} differs by {spread} GiB across ranks: {getattr(low, attr)} on {low.rank.label}, "
-                      f"{getattr(high, attr)} on {high.rank.label}; {binding.rank.label} binds the pool.",
-                      severity="warning", title=f"Ranks differ by {spread} GiB in {what}",
-                      action=f"Check what else holds memory on {binding.rank.label}'s GPU (nvidia-smi processes); "
-                             "rebalance pipeline stages.",
-                      detail={"reading": what, "spread_gib": spread, "binding_rank": binding.rank.label}, key=what)
+        yield Parts(readings,
+                    title=f"Ranks differ by {spread} GiB in {what}",
+                    message=f"{what} differs by {spread} GiB across ranks: {getattr(low, attr)} on {low.rank.label}, "
+                            f"{getattr(high, attr)} on {high.rank.label}; {binding.rank.label} binds the pool.",
+                    action=f"Check what else holds memory on {binding.rank.label}'s GPU (nvidia-smi processes); "
+                           "rebalance pipeline stages.",
+                    detail={"reading": what, "spread_gib": spread, "binding_rank": binding.rank.label},
+                    key=what)
     sizes = [kb.get("config", k) for k in ("tp_size", "pp_size", "dp_size")]
     if not compared and not all(d is not None and d.known and d.value == 1 for d in sizes):
-        yield cannot_judge("rank-imbalance", ("the same reading from two or more ranks",
-                                              "the log shows one rank, and does not state TP, PP and DP as 1"))
+        yield cannot_judge(("the same reading from two or more ranks",
+                            "the log shows one rank, and does not state TP, PP and DP as 1"))

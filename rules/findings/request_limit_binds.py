@@ -1,9 +1,8 @@
-"""request-limit-binds (CD115)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import cannot_judge, finding, is_vllm
+from capdiag.engine import Parts, cannot_judge, rule
+from capdiag.rules._common import is_vllm
 
 
 @rule("request-limit-binds", code="CD115", severity="info",
@@ -24,7 +23,7 @@ def request_limit_binds(kb):
     rows = sorted((c for c in kb.topic("concurrency") if c.known), key=lambda c: c.key)
     if not rows:
         unknown = sorted(kb.topic("concurrency"), key=lambda c: c.key)
-        yield cannot_judge("request-limit-binds", ("the concurrency per request length", unknown[0] if unknown else None))
+        yield cannot_judge(("the concurrency per request length", unknown[0] if unknown else None))
         return
     capped = [c for c in rows if c.detail.get("binding") == "requests"]
     if not capped:
@@ -32,7 +31,7 @@ def request_limit_binds(kb):
     flag = "--max-num-seqs" if is_vllm(kb) else "--max-running-requests"
     parts = ", ".join(f"{c.key} tokens: {c.detail['token_limit']} fit, {c.detail['request_limit']} allowed"
                       for c in capped)
-    yield finding("request-limit-binds", capped,
-                  f"The request limit binds before the KV pool at {parts}.",
-                  severity="info", title="The request limit, not KV memory, caps concurrency",
-                  action=f"Raise {flag} toward the token limit at your typical request length if throughput matters.")
+    yield Parts(capped,
+                title="The request limit, not KV memory, caps concurrency",
+                message=f"The request limit binds before the KV pool at {parts}.",
+                action=f"Raise {flag} toward the token limit at your typical request length if throughput matters.")

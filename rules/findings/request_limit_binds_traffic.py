@@ -1,9 +1,8 @@
-"""request-limit-binds-traffic (CD127)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, is_vllm, runtime
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import is_vllm, runtime
 
 
 @rule("request-limit-binds-traffic", code="CD127", severity="warning", thresholds={"min_share_queued": 0.2},
@@ -34,9 +33,9 @@ def request_limit_binds_traffic(kb, t):
     holds = d.value["observed_lengths"]["concurrency_at_mean_context"]
     toward = (f" toward {holds}, the requests the pool holds at the observed mean context of "
               f"{d.value['observed_lengths']['mean_context_tokens']} tokens," if holds and holds > run["limit"] else "")
-    yield finding("request-limit-binds-traffic", (d,),
-                  f"In {q['queued_at_request_limit']} of {q['lines_queued']} lines with requests waiting, "
-                  f"{run['limit']} requests were running (the limit) while the KV pool was below 90 % ({seen}).",
-                  severity="warning", title="The request limit, not KV memory, keeps requests waiting",
-                  action=f"Raise {flag}{toward} and watch activation memory and latency.",
-                  detail={"queued_at_request_limit": q["queued_at_request_limit"], "limit": run["limit"]})
+    yield Parts((d,),
+                title="The request limit, not KV memory, keeps requests waiting",
+                message=f"In {q['queued_at_request_limit']} of {q['lines_queued']} lines with requests waiting, "
+                        f"{run['limit']} requests were running (the limit) while the KV pool was below 90 % ({seen}).",
+                action=f"Raise {flag}{toward} and watch activation memory and latency.",
+                detail={"queued_at_request_limit": q["queued_at_request_limit"], "limit": run["limit"]})

@@ -1,8 +1,7 @@
-"""speculative-draft-memory (CD120)."""
 from __future__ import annotations
 
-from capdiag.engine import rule
-from capdiag.rules._common import finding, gib
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import gib
 
 
 @rule("speculative-draft-memory", code="CD120", severity="info",
@@ -29,9 +28,9 @@ def speculative_draft_memory(kb):
     target = [kb.get("breakdown", c) for c in ("weights", "kv_cache", "cuda_graph")]
     target_sum = sum(r.value for r in target if r is not None and r.known)
     share = f", {100 * total / (total + target_sum):.1f}% of model memory" if target_sum else ""
-    yield finding("speculative-draft-memory", known,
-                  "The draft model holds " + ", ".join(f"{r.key.replace('draft_', '')} {r.value}" for r in known)
-                  + f" GiB — {total} GiB in all{share}.",
-                  severity="info", title=f"The speculative draft model uses {total} GiB",
-                  action="Compare with the acceptance rate; a smaller draft or fewer steps frees memory.",
-                  detail={"gib": total})
+    yield Parts(known,
+                title=f"The speculative draft model uses {total} GiB",
+                message="The draft model holds " + ", ".join(f"{r.key.replace('draft_', '')} {r.value}" for r in known)
+                        + f" GiB — {total} GiB in all{share}.",
+                action="Compare with the acceptance rate; a smaller draft or fewer steps frees memory.",
+                detail={"gib": total})

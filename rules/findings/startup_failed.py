@@ -1,8 +1,6 @@
-"""startup-failed (CD125)."""
 from __future__ import annotations
 
-from capdiag.engine import rule
-from capdiag.rules._common import finding
+from capdiag.engine import Parts, rule
 
 # Causes whose next step needs the log's figures: their own finding computes it.
 _FIGURED = {"cuda-out-of-memory": "out-of-memory", "kv-cache-no-room": "out-of-memory",
@@ -59,7 +57,8 @@ def startup_failed(kb):
     title = v["title"] or f"Start-up failed: {v['text'].split(':')[0][:80]}"
     # the figures behind the action come from the specific finding: its premises, not the finding
     figures = tuple(p for d in (specific, weights) if d is not None for p in d.premises)
-    yield finding("startup-failed", (failure,) + figures,
-                  f"Start-up failed{where}{who}. Root cause (line {v['line']}): {quoted}.{after}",
-                  severity="error", title=title, action=action,
-                  detail={"cause": v["name"], "phase": v["phase"], "line": v["line"], "rank": v["rank"]})
+    yield Parts((failure,) + figures,
+                title=title,
+                message=f"Start-up failed{where}{who}. Root cause (line {v['line']}): {quoted}.{after}",
+                action=action,
+                detail={"cause": v["name"], "phase": v["phase"], "line": v["line"], "rank": v["rank"]})

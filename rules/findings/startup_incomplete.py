@@ -1,8 +1,7 @@
-"""startup-incomplete (CD101)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import Finding, rule
+from capdiag.engine import Parts, rule
 from capdiag.failures import classify, exceptions
 from capdiag.rules._common import line_ref
 
@@ -59,7 +58,9 @@ def startup_incomplete(kb):
         message = (f"The log ends without a ready line; the last phase reached is {_PHASE_WORDS[reached]}"
                    + (f", last memory line at {line_ref(last)}." if last is not None else "."))
         premises = (phase,) + tuple(oom) + ((last,) if last is not None else ())
-    yield Finding("finding", "startup-incomplete", reached, "startup-incomplete",
-                  tuple(p for p in premises if p is not None), message,
-                  severity=severity, title=title,
-                  action="Figures after this point are not in the log; the breakdown covers what was printed.")
+    yield Parts(premises,
+                title=title,
+                message=message,
+                action="Figures after this point are not in the log; the breakdown covers what was printed.",
+                value=reached,
+                severity=severity)

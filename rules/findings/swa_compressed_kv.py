@@ -1,9 +1,8 @@
-"""swa-compressed-kv (CD121)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import finding, line_ref
+from capdiag.engine import Parts, rule
+from capdiag.rules._common import line_ref
 
 
 @rule("swa-compressed-kv", code="CD121", severity="info", frameworks=("sglang",),
@@ -26,8 +25,8 @@ def swa_compressed_kv(kb):
     calc = kb.first(F.DSV4MemoryCalculation, role=None)
     if calc is None:
         return
-    yield finding("swa-compressed-kv", (calc,),
-                  f"Compressed sliding-window KV: {calc.bytes_per_full_token} bytes per full token "
-                  f"({line_ref(calc)}) already hold the compression; no theoretical per-layer figure applies.",
-                  severity="info", title="KV is compressed (DeepSeek-V4 CSA/HCA)",
-                  action="Compare capacity by bytes_per_full_token and full_token, as printed.")
+    yield Parts((calc,),
+                title="KV is compressed (DeepSeek-V4 CSA/HCA)",
+                message=f"Compressed sliding-window KV: {calc.bytes_per_full_token} bytes per full token "
+                        f"({line_ref(calc)}) already hold the compression; no theoretical per-layer figure applies.",
+                action="Compare capacity by bytes_per_full_token and full_token, as printed.")

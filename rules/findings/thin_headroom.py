@@ -1,9 +1,8 @@
-"""thin-headroom (CD110)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
-from capdiag.rules._common import cannot_judge, finding, is_vllm, knob
+from capdiag.engine import Parts, cannot_judge, rule
+from capdiag.rules._common import is_vllm, knob
 
 
 @rule("thin-headroom", code="CD110", severity="warning", thresholds={"min_free_gib": 1.0},
@@ -26,20 +25,20 @@ def thin_headroom(kb, t):
         budget = kb.get("breakdown", "budget")
         total = kb.get("gpu", "total_gib")
         if budget is None or total is None or not budget.known or not total.known:
-            yield cannot_judge("thin-headroom", ("vLLM's memory budget", budget), ("the GPU total", total))
+            yield cannot_judge(("vLLM's memory budget", budget), ("the GPU total", total))
             return
         free, premises, what = round(total.value - budget.value, 2), (budget, total), "outside vLLM's budget"
     else:
         row = kb.get("breakdown", "free")
         if row is None or not row.known:
-            yield cannot_judge("thin-headroom", ("the memory free at the end of start-up", row))
+            yield cannot_judge(("the memory free at the end of start-up", row))
             return
         free, premises, what = row.value, (row,), "free after start-up"
     if free >= t["min_free_gib"]:
         return
-    yield finding("thin-headroom", premises,
-                  f"Only {free} GiB is {what} (threshold {t['min_free_gib']} GiB): long prefills and bursts will "
-                  "run out of memory at run time.",
-                  severity="warning", title=f"Only {free} GiB of headroom after start-up",
-                  action=f"Lower {knob(kb)} by a few hundredths, or lower the chunked-prefill / batched-token size.",
-                  detail={"free_gib": free})
+    yield Parts(premises,
+                title=f"Only {free} GiB of headroom after start-up",
+                message=f"Only {free} GiB is {what} (threshold {t['min_free_gib']} GiB): long prefills and bursts will "
+                        "run out of memory at run time.",
+                action=f"Lower {knob(kb)} by a few hundredths, or lower the chunked-prefill / batched-token size.",
+                detail={"free_gib": free})

@@ -1,8 +1,6 @@
-"""unexplained-memory (CD106)."""
 from __future__ import annotations
 
-from capdiag.engine import rule
-from capdiag.rules._common import cannot_judge, finding
+from capdiag.engine import Parts, cannot_judge, rule
 
 
 @rule("unexplained-memory", code="CD106", severity="warning", thresholds={"max_gib": 2.0, "max_percent": 3.0},
@@ -25,7 +23,7 @@ def unexplained_memory(kb, t):
     other = kb.get("breakdown", "other")
     total = kb.get("gpu", "total_gib")
     if other is None or not other.known:
-        yield cannot_judge("unexplained-memory", ("the memory no log line explains (`other`)", other))
+        yield cannot_judge(("the memory no log line explains (`other`)", other))
         return
     if other.value <= t["max_gib"]:
         return
@@ -33,9 +31,9 @@ def unexplained_memory(kb, t):
     if percent is not None and percent <= t["max_percent"]:
         return
     share = f" ({percent:.1f}% of {total.value} GiB)" if percent is not None else ""
-    yield finding("unexplained-memory", (other, total),
-                  f"{other.value} GiB in use{share} is not accounted for by any log line ({other.formula}).",
-                  severity="warning", title=f"{other.value} GiB of GPU memory is unexplained",
-                  action="Check nvidia-smi's process list for other tenants; look for DeepGEMM/JIT warm-up; sample "
-                         "nvidia-smi again right after start-up to separate start-up from traffic.",
-                  detail={"gib": other.value, "percent": percent})
+    yield Parts((other, total),
+                title=f"{other.value} GiB of GPU memory is unexplained",
+                message=f"{other.value} GiB in use{share} is not accounted for by any log line ({other.formula}).",
+                action="Check nvidia-smi's process list for other tenants; look for DeepGEMM/JIT warm-up; sample "
+                       "nvidia-smi again right after start-up to separate start-up from traffic.",
+                detail={"gib": other.value, "percent": percent})

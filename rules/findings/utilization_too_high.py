@@ -1,14 +1,13 @@
-"""utilization-too-high (CD105)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import Finding, rule
+from capdiag.engine import Parts, rule
 from capdiag.rules.findings._advice import round_down
 from capdiag.rules._common import gib, line_ref
 
 
 @rule("utilization-too-high", code="CD105", severity="error", frameworks=("vllm",),
-      reads=(F.VllmStartupMemory,), concludes=("finding:utilization-too-high",))
+      reads=(F.VllmStartupMemory,))
 def utilization_too_high(kb):
     """What it checks: the fraction of GPU memory the server was told to use is more than the
     GPU had free at start-up — vLLM's "Free memory on device [cuda:N] (F/T GiB) on startup is
@@ -42,11 +41,12 @@ def utilization_too_high(kb):
                   f"≤ {ceiling} (free {worst.free_gib} / total {worst.total_gib} = {round(ratio, 4)}, rounded down).")
     else:
         action = f"No --gpu-memory-utilization fits: only {worst.free_gib} GiB is free. Free the GPU first."
-    yield Finding("finding", "utilization-too-high", None, "utilization-too-high", tuple(errors),
-                  f"At start-up {worst.free_gib} of {worst.total_gib} GiB were free on the GPU{device}, less than the "
-                  f"{worst.requested_gib} GiB that gpu_memory_utilization {worst.utilization} asks for "
-                  f"({worst.total_gib} × {worst.utilization}); {held} GiB is held by other processes "
-                  f"({line_ref(worst)}{others}).",
-                  severity="error", title="gpu_memory_utilization asks for more than is free",
-                  action=action, detail={"ceiling": ceiling if ceiling > 0 else None, "held_gib": held,
-                                         "free_gib": worst.free_gib, "total_gib": worst.total_gib})
+    yield Parts(tuple(errors),
+                title="gpu_memory_utilization asks for more than is free",
+                message=f"At start-up {worst.free_gib} of {worst.total_gib} GiB were free on the GPU{device}, less "
+                        f"than the {worst.requested_gib} GiB that gpu_memory_utilization {worst.utilization} asks for "
+                        f"({worst.total_gib} × {worst.utilization}); {held} GiB is held by other processes "
+                        f"({line_ref(worst)}{others}).",
+                action=action,
+                detail={"ceiling": ceiling if ceiling > 0 else None, "held_gib": held, "free_gib": worst.free_gib,
+                        "total_gib": worst.total_gib})

@@ -1,17 +1,15 @@
-"""weights-exceed-budget (CD129)."""
 from __future__ import annotations
 
 from capdiag import facts as F
-from capdiag.engine import rule
+from capdiag.engine import Parts, rule
 from capdiag.rules.findings._advice import POOL_MIN_SHARE, round_up
-from capdiag.rules._common import finding, gib, is_vllm, target
+from capdiag.rules._common import gib, is_vllm, target
 
 
 @rule("weights-exceed-budget", code="CD129", severity="error",
       reads=(F.LoadWeightBegin, F.LoadWeightEnd, "breakdown:weights?", "breakdown:budget?", "breakdown:activation?",
              "breakdown:framework?", "gpu:total_gib?", "config:mem_fraction_static?", "target_rank?",
-             F.Options),
-      concludes=("finding:weights-exceed-budget",))
+             F.Options))
 def weights_exceed_budget(kb):
     """What it checks: the weights alone are larger than the memory the static fraction grants —
     vLLM: `Model loading took W GiB` above total × gpu_memory_utilization; SGLang: the weights
@@ -61,8 +59,10 @@ def weights_exceed_budget(kb):
     else:
         action = (f"No {knob} fits: {arithmetic} = {round(need / base, 3)}, which leaves under {POOL_MIN_SHARE:.0%} "
                   "for the KV cache. Use more tensor/pipeline parallelism, quantized weights, or a larger GPU.")
-    yield finding("weights-exceed-budget", premises,
-                  f"The weights alone ({gib(w)} GiB) exceed the {gib(b)} GiB that {knob} grants; no memory is left "
-                  "for the KV cache.", severity="error", title="The weights alone exceed the memory budget",
-                  action=action, detail={"weights_gib": gib(w), "budget_gib": gib(b),
-                                         "least": least if least < 1 - POOL_MIN_SHARE else None})
+    yield Parts(premises,
+                title="The weights alone exceed the memory budget",
+                message=f"The weights alone ({gib(w)} GiB) exceed the {gib(b)} GiB that {knob} grants; no memory is "
+                        "left for the KV cache.",
+                action=action,
+                detail={"weights_gib": gib(w), "budget_gib": gib(b),
+                        "least": least if least < 1 - POOL_MIN_SHARE else None})

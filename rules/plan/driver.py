@@ -17,8 +17,8 @@ from capdiag.errors import InputError
 from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.rules import PLAN
-from capdiag.rules.derive.kv_theory import element_size
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
+from capdiag.vocabulary import GIB, element_size, kv_cell
 
 BUCKETS = ("weights", "kv_cache", "activation", "framework", "headroom", "training_state")
 SCHEMA = "capdiag.plan/1"
@@ -192,20 +192,19 @@ def _totals(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
     out: dict[str, Any] = {}
     stored = kb.first(F.ModelWeights, role=None)
     if request.weights_as_stored and stored is not None:
-        out["weights_gib"] = round(stored.total_bytes / (1 << 30), 2)
+        out["weights_gib"] = round(stored.total_bytes / GIB, 2)
     elif params is not None and params.known:
-        out["weights_gib"] = round(params.value * BYTES_PER_WEIGHT.get(request.weight_dtype.lower(), 2) / (1 << 30), 2)
+        out["weights_gib"] = round(params.value * BYTES_PER_WEIGHT.get(request.weight_dtype.lower(), 2) / GIB, 2)
         if request.training == "full":
-            out["training_gib"] = round(params.value * TRAINING_BYTES["full"] / (1 << 30), 2)
+            out["training_gib"] = round(params.value * TRAINING_BYTES["full"] / GIB, 2)
     if per_token is not None and per_token.known:
-        model = kb.first(F.ModelConfig, role=None)
-        heads = model.fields.get("num_key_value_heads") or model.fields.get("num_attention_heads")
-        replicas = max(1, tp // heads) if heads and not model.fields.get("kv_lora_rank") else tp
+        cell = kv_cell(kb.first(F.ModelConfig, role=None).fields, 1, tp)
+        replicas = cell.replication if cell.attention == "mha" else tp  # MLA: every rank holds the whole latent
         whole = per_token.value * tp / replicas  # one copy of each head
         out["kv_bytes_per_token"] = whole
         tokens = sum(c * n for c, n in request.workloads)
         if tokens:
-            out["kv_cache_gib"] = round(tokens * whole / (1 << 30), 2)
+            out["kv_cache_gib"] = round(tokens * whole / GIB, 2)
     return out
 
 
@@ -238,7 +237,7 @@ def compare_with_log(plan_report: dict[str, Any], analysis: Analysis) -> list[di
         "the log's figure carries printed rounding and a padding page")
     tokens = kb.value("kv_pool", "tokens")
     per_token = plan_report["kv_bytes_per_token"]
-    predicted_pool = round(tokens * per_token / (1 << 30), 2) if tokens and per_token else None
+    predicted_pool = round(tokens * per_token / GIB, 2) if tokens and per_token else None
     add("KV pool for the log's tokens", predicted_pool, kb.value("breakdown", "kv_cache"), "GiB",
         f"{tokens:,} tokens × predicted bytes per token" if tokens else "")
     add("CUDA graphs", None, kb.value("breakdown", "cuda_graph"), "GiB",

@@ -3,7 +3,7 @@ concurrent requests — before any log exists. Every bucket is per GPU and says 
 computed; the estimates (activation, framework reserve) say they are estimates.
 
     weights      = parameters × bytes per weight / 2^30, ÷ TP per GPU
-    KV per token = layers × KV heads × head_dim × 2 (K and V) × bytes, per rank max(1, heads // TP)
+    KV per token = max(1, KV heads // TP) × (head_dim + v_head_dim) × layers × bytes (MLA: the latent)
     KV cache     = Σ workload tokens × KV per token per rank
     activation   = estimate: 1 GiB + 8192 prefill tokens × hidden × 2 B × 10 (intermediate buffers)
     framework    = estimate: 1 GiB CUDA context and allocator, + 0.5 GiB NCCL when TP > 1
@@ -17,10 +17,9 @@ from typing import Optional
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules.derive.kv_theory import attention_layers, attention_shape, element_size
 from capdiag.rules.derive.weights_theory import parameter_count
+from capdiag.vocabulary import GIB, element_size, kv_cell
 
-GIB = 1 << 30
 BYTES_PER_WEIGHT = {"bf16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "fp4": 0.5}
 # mixed-precision AdamW: 18 B per parameter in all (bf16 weights 2, fp32 gradients 4, fp32 master weights 4,
 # two fp32 moments 8); the weights bucket holds the first 2 B, the training state the other 16
@@ -94,8 +93,9 @@ def weights(kb):
       reads=(F.PlanRequest, F.ModelConfig),
       concludes=("plan:kv_per_token",))
 def kv_per_token(kb):
-    """KV bytes per token per GPU from config.json: full-attention layers × KV heads on the rank
-    (max(1, heads // TP)) × head_dim × 2 × bytes of the KV dtype; MLA: (kv_lora_rank +
+    """KV bytes per token per GPU from config.json, the cell the log rules compute too
+    (capdiag.vocabulary.kv_cell): KV heads on the rank (max(1, heads // TP)) × (head_dim +
+    v_head_dim) × full-attention layers × bytes of the KV dtype; MLA: (kv_lora_rank +
     qk_rope_head_dim) × layers × bytes on every rank."""
     req, model = _request(kb), kb.first(F.ModelConfig, role=None)
     if req is None:
@@ -106,23 +106,13 @@ def kv_per_token(kb):
                                                       else f"unknown KV dtype {req.kv_dtype!r}"), "plan.kv-per-token",
                       (req,))
         return
-    cfg = model.fields
-    layers, _ = attention_layers(cfg)
-    if cfg.get("kv_lora_rank"):
-        value = (cfg["kv_lora_rank"] + cfg.get("qk_rope_head_dim", 0)) * layers * elem
-        formula = f"MLA ({cfg['kv_lora_rank']} + {cfg.get('qk_rope_head_dim', 0)}) × {layers} layers × {elem} B"
-    else:
-        shape = attention_shape(cfg)
-        if shape is None:
-            yield Derived("plan", "kv_per_token", Unknown("config.json lacks the attention shape (num_attention_heads, "
-                                                          "and head_dim or hidden_size)"), "plan.kv-per-token", (req, model))
-            return
-        heads, head_dim = shape
-        per_rank = max(1, heads // _tp(req))
-        value = layers * per_rank * head_dim * 2 * elem
-        formula = f"{layers} layers × {per_rank} KV heads × {head_dim} × 2 × {elem} B"
-    yield Derived("plan", "kv_per_token", value, "plan.kv-per-token", (req, model),
-                  f"{formula} = {value:,} B ({value / (1 << 20):.4f} MiB) per token per GPU")
+    cell = kv_cell(model.fields, elem, _tp(req))
+    if cell is None:
+        yield Derived("plan", "kv_per_token", Unknown("config.json lacks the attention shape (num_attention_heads, "
+                                                      "and head_dim or hidden_size)"), "plan.kv-per-token", (req, model))
+        return
+    yield Derived("plan", "kv_per_token", cell.bytes, "plan.kv-per-token", (req, model),
+                  f"{cell.formula} = {cell.bytes:,} B ({cell.bytes / (1 << 20):.4f} MiB) per token per GPU")
 
 
 @rule("plan.usable",

@@ -7,6 +7,10 @@ minimum over ranks); tokens = (rest − fixed state) / bytes per token, rounded 
 vLLM: the KV budget moves with total × gpu_memory_utilization, everything else in the budget
 (weights, activation peak, non-torch, graph estimate) staying as measured; tokens = KV bytes /
 bytes per token.
+
+A projection concludes `what_if` with the conclusions the changes replace (`detail["pins"]`):
+the changed settings and the projected pool. The counterfactual run (counterfactual.py) pins
+them and re-runs every rule, so the findings that would appear or go away are the rules' own.
 """
 from __future__ import annotations
 
@@ -14,14 +18,12 @@ import math
 from typing import Any, Optional
 
 from capdiag import facts as F
-from capdiag.engine import Derived, rule
+from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, is_vllm
-from capdiag.rules.findings.context_exceeds_kv import context_exceeds_kv
-from capdiag.rules.findings.excess_headroom import excess_headroom
-from capdiag.rules.derive.kv_theory import element_size
-from capdiag.rules.findings.thin_headroom import thin_headroom
+from capdiag.rules.derive.concurrency import limits
+from capdiag.rules.derive.kv_theory import model_dtype
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, GIB, element_size, kv_cell
 
-GIB = 1 << 30
 _FRAMEWORK_KEYS = {"sglang": ("mem_fraction_static", "max_running_requests", "context_len"),
                    "vllm": ("gpu_memory_utilization", "max_num_seqs", "max_model_len")}
 
@@ -33,16 +35,30 @@ def _min_reading(kb, kind, attr) -> tuple[Optional[float], list]:
 
 
 class _Projection:
-    """Collects the projected figures, their derivation lines and what could not be projected."""
+    """Collects the projected figures, their derivation lines, what could not be projected, and
+    the conclusions the counterfactual run pins: (topic, key) -> (value, formula, detail)."""
 
     def __init__(self, rule_name: str, changes: dict[str, Any]):
         self.rule, self.changes, self.lines, self.not_projected, self.values = rule_name, changes, [], [], {}
+        self.pins: dict[tuple, tuple] = {}
 
     def note(self, text: str):
         self.lines.append(text)
 
     def refuse(self, key: str, why: str):
         self.not_projected.append({"change": key, "reason": why})
+
+    def applied(self, key: str) -> bool:
+        return key in self.changes and key not in {n["change"] for n in self.not_projected}
+
+    def pin(self, topic: str, key: Any, value: Any, formula: str, detail: Optional[dict] = None):
+        self.pins[(topic, key)] = (value, formula, detail or {})
+
+    def pin_settings(self, names: dict[str, str]):
+        """The changed settings that were projected, as the configuration they replace."""
+        for change, key in names.items():
+            if self.applied(change):
+                self.pin("config", key, self.changes[change], f"--what-if {change}={self.changes[change]}")
 
     def refuse_all(self, missing: list[str], premises) -> Derived:
         """Nothing can be projected: every change not refused already needs what is missing."""
@@ -65,14 +81,15 @@ def _kv_dtype_factor(kb, p: _Projection) -> Optional[float]:
     if new is None:
         return 1.0
     current = kb.get("kv_pool", "dtype")
-    model = kb.first(F.ModelConfig, role=None)
-    new_elem = element_size(new) if new != "auto" else \
-        element_size((model.fields.get("torch_dtype") if model else None) or "bf16")
+    stated = model_dtype(kb) if new == "auto" else None  # `auto` takes the model's dtype, never a default
+    dtype = stated[1] if stated is not None else None if new == "auto" else new
+    new_elem = element_size(dtype)
     old_elem = element_size(current.value) if current is not None and current.known else None
     if old_elem is None or new_elem is None:
         p.refuse("kv_cache_dtype", "the current or the new KV element size is unknown")
         return None
     p.note(f"kv_cache_dtype {current.value} → {new}: bytes per token × {new_elem}/{old_elem}")
+    p.pin("kv_pool", "dtype", dtype, f"--what-if kv_cache_dtype={new}" + (f" ({stated[2]})" if stated else ""))
     return new_elem / old_elem
 
 
@@ -89,53 +106,41 @@ def _tp_change(kb, p: _Projection, cell: float) -> tuple[float, float]:
             or not theory.known:
         p.refuse("tp_size", "needs --config-json, the current tp_size and measured weights")
         return 0.0, cell
-    cfg = model.fields
-    if theory.detail.get("attention") == "mha":
-        heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * max(1, heads // new_tp)
+    if theory.detail.get("attention") == "mha":  # the heads on a rank change; layers and element size do not
+        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * kv_cell(model.fields, 1, new_tp).kv_heads_per_rank
     else:
         new_cell = theory.value  # MLA: every rank holds the latent
     saved = weights.value - weights.value * tp / new_tp
+    p.pin("breakdown", "weights", gib(weights.value * tp / new_tp), f"{weights.value} × {tp} / {new_tp} GiB",
+          {"status": "projected"})
     p.note(f"tp_size {tp} → {new_tp}: weights per rank {weights.value} → {weights.value * tp / new_tp:.2f} GiB "
            f"(sharded evenly; embeddings included), bytes per token {theory.value} → {new_cell:.0f} "
            "(free memory before weights assumed unchanged)")
     return saved, new_cell * (cell / theory.value)
 
 
-def _concurrency(kb, p: _Projection, tokens: int, limit_key: str, context_key: str):
-    options = kb.first(F.Options, role=None)
-    lengths = options.token_lengths if options else (4096, 6144, 8192)
-    limit = p.changes.get(limit_key, kb.value("config", "max_running_requests"))
-    p.values["concurrency"] = [{"request_tokens": n, "token_limit": tokens // n, "request_limit": limit,
-                                "max_concurrent": min(tokens // n, limit) if isinstance(limit, int) else tokens // n}
-                               for n in lengths]
+def _context(kb, p: _Projection, tokens: int, context_key: str):
     context = p.changes.get(context_key, kb.value("config", "max_model_len") or kb.value("config", "context_len"))
     if isinstance(context, int):
         p.values["full_context_requests"] = tokens // context
         p.note(f"context {context}: {tokens // context} full-length request(s) fit")
 
 
-def _findings_change(kb, p: _Projection, free_after: Optional[float]):
-    """Which of the headroom / context findings would appear or disappear."""
-    now = {d.rule for d in kb.topic("finding")}
-    then = set(now)
-    if free_after is not None:
-        thin, excess = kb.settings(thin_headroom), kb.settings(excess_headroom)
-        then.discard("thin-headroom"), then.discard("excess-headroom")
-        if free_after < thin["min_free_gib"]:
-            then.add("thin-headroom")
-        if free_after > excess["max_free_gib"]:
-            then.add("excess-headroom")
-    if "full_context_requests" in p.values:
-        then.discard("context-exceeds-kv")
-        if p.values["full_context_requests"] < kb.settings(context_exceeds_kv)["few_requests"]:
-            then.add("context-exceeds-kv")
-    p.values["findings_appear"] = sorted(then - now)
-    p.values["findings_disappear"] = sorted(now - then)
+def _pin_pool(p: _Projection, tokens: int, kv_gib: float, cell: float, per_token: Derived):
+    """The projected pool: its tokens and GiB, and its bytes per token where a change moved it."""
+    p.pin("kv_pool", "tokens", tokens, "projected token capacity")
+    p.pin("breakdown", "kv_cache", kv_gib, "projected KV pool", {"status": "projected"})
+    if cell != per_token.value:
+        p.pin("kv_pool", "bytes_per_token", round(cell), f"{per_token.value} B re-sized to {cell:.2f} B")
 
 
 @rule("what-if.sglang", frameworks=("sglang",),
-      reads=(F.WhatIf, F.Options, F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.DSV4MemoryCalculation, F.MambaCacheAllocated, F.ModelConfig, "breakdown:free", "breakdown:kv_cache", "breakdown:weights", "config:context_len", "config:max_model_len?", "config:max_running_requests", "config:mem_fraction_static", "config:page_size", "config:tp_size", "kv_pool:bytes_per_token", "kv_pool:dtype", "kv_pool:tokens", "kv_pool:theoretical_bytes_per_token", "finding"),
+      reads=(F.WhatIf, F.Options, F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.DSV4MemoryCalculation,
+             F.MambaCacheAllocated, F.ModelConfig, F.VllmEngineConfig, F.TokenBudget, "breakdown:free",
+             "breakdown:kv_cache", "breakdown:weights", "config:context_len", "config:max_model_len?",
+             "config:max_running_requests", "config:mem_fraction_static", "config:page_size", "config:tp_size",
+             "config:dp_size", "kv_pool:bytes_per_token", "kv_pool:dtype", "kv_pool:tokens",
+             "kv_pool:theoretical_bytes_per_token"),
       concludes=("what_if",))
 def sglang(kb):
     """Projects an SGLang start-up under `--what-if` changes: mem_fraction_static,
@@ -176,6 +181,7 @@ def sglang(kb):
     if factor is not None and factor != 1.0:
         if dsv4 is not None:
             p.refuse("kv_cache_dtype", "DeepSeek-V4's bytes_per_full_token mixes fp8 and bf16 parts")
+            p.pins.pop(("kv_pool", "dtype"))
         else:
             cell *= factor
     saved, cell = _tp_change(kb, p, cell)
@@ -201,13 +207,36 @@ def sglang(kb):
         p.note(f"free after capture = {free_row.value} − (KV {kv_new} − {kv_now.value}){f' + {saved:.2f}' if saved else ''}"
                f" = {free_after} GiB (graphs unchanged)")
     p.values["free_after_capture_gib"] = free_after
-    _concurrency(kb, p, new_tokens, "max_running_requests", "context_len")
-    _findings_change(kb, p, free_after)
+    p.pin_settings({"mem_fraction_static": "mem_fraction_static", "page_size": "page_size", "tp_size": "tp_size",
+                    "max_running_requests": "max_running_requests", "context_len": "context_len"})
+    if any(p.applied(k) for k in ("mem_fraction_static", "kv_cache_dtype", "page_size", "tp_size")):
+        _pin_pool(p, new_tokens, kv_new, cell, per_token)
+        p.pin("breakdown", "free", Unknown("the projection needs today's free memory and KV pool")
+              if free_after is None else free_after, "projected free memory after capture", {"status": "projected"})
+    resized = ("kv_pool", "tokens") in p.pins
+    pool = new_tokens if resized else tokens.value if tokens is not None and tokens.known else None
+    if pool is not None and (resized or p.applied("max_running_requests")):
+        _pin_concurrency(kb, p, pool)
+    _context(kb, p, new_tokens, "context_len")
     yield _conclude(p, premises)
 
 
+def _pin_concurrency(kb, p: _Projection, pool: int):
+    """SGLang's concurrency rows read the `max_total_num_tokens` line itself, so the projection
+    sizes them, with the rule's own arithmetic, from the projected pool and request limit."""
+    options = kb.first(F.Options, role=None)
+    budget = kb.first(F.TokenBudget, role=None)
+    limit = p.changes.get("max_running_requests", budget.max_running_requests if budget is not None else None)
+    for length in (options.token_lengths if options else DEFAULT_TOKEN_LENGTHS):
+        value, formula, detail = limits(pool, limit, length, kb.value("config", "dp_size"))
+        p.pin("concurrency", length, value, f"{formula} (projected)", detail)
+
+
 @rule("what-if.vllm", frameworks=("vllm",),
-      reads=(F.WhatIf, F.Options, F.ModelConfig, "gpu:total_gib", "config:gpu_memory_utilization", "breakdown:kv_cache", "breakdown:weights", "kv_pool:bytes_per_token", "kv_pool:dtype", "kv_pool:theoretical_bytes_per_token", "config:block_size", "config:max_running_requests", "config:max_model_len", "config:context_len?", "config:tp_size", "finding"),
+      reads=(F.WhatIf, F.Options, F.ModelConfig, F.LoadWeightEnd, F.VllmEngineConfig, "gpu:total_gib",
+             "config:gpu_memory_utilization", "breakdown:kv_cache", "breakdown:weights", "kv_pool:bytes_per_token",
+             "kv_pool:dtype", "kv_pool:theoretical_bytes_per_token", "config:block_size",
+             "config:max_running_requests", "config:max_model_len", "config:context_len?", "config:tp_size"),
       concludes=("what_if",))
 def vllm(kb):
     """Projects a vLLM start-up under `--what-if` changes: gpu_memory_utilization,
@@ -250,11 +279,18 @@ def vllm(kb):
     free_after = gib(total.value * (1 - u_new))
     p.note(f"outside the budget: total {total.value} × (1 − {u_new}) = {free_after} GiB")
     p.values.update({"kv_cache_gib": gib(kv_new), "kv_cache_tokens": new_tokens, "free_after_capture_gib": free_after})
-    _concurrency(kb, p, new_tokens, "max_num_seqs", "max_model_len")
-    _findings_change(kb, p, free_after)
+    p.pin_settings({"gpu_memory_utilization": "gpu_memory_utilization", "tp_size": "tp_size",
+                    "max_num_seqs": "max_running_requests", "max_model_len": "max_model_len"})
+    if any(p.applied(k) for k in ("gpu_memory_utilization", "kv_cache_dtype", "tp_size")):
+        _pin_pool(p, new_tokens, gib(max(kv_new, 0.0)), cell, per_token)  # no pool at all below zero
+    if p.applied("gpu_memory_utilization"):
+        p.pin("breakdown", "budget", gib(total.value * u_new), f"total {total.value} × gpu_memory_utilization {u_new}",
+              {"status": "projected"})
+    _context(kb, p, new_tokens, "max_model_len")
     yield _conclude(p, premises)
 
 
 def _conclude(p: _Projection, premises) -> Derived:
     value = {"changes": p.changes, **p.values, "not_projected": p.not_projected}
-    return Derived("what_if", None, value, p.rule, premises, "; ".join(p.lines), {"derivation": p.lines})
+    return Derived("what_if", None, value, p.rule, premises, "; ".join(p.lines),
+                   {"derivation": p.lines, "pins": p.pins})
