@@ -134,9 +134,10 @@ def _by_width(kb, unstated: str) -> Derived:
     """The KV dtype by its width: the log's bytes per token over config.json's elements per
     token, when exactly one of 1, 2 and 4 bytes fits the printed rounding (and the pool's
     padding page, as kv-pool.compare allows); else unknown, saying why."""
-    model, log = kb.first(F.ModelConfig, role=None), kb.get("kv_pool", "bytes_per_token")
-    if model is None:
+    model = kb.first(F.ModelConfig, role=None)
+    if model is None:  # (the bytes per token not even read: nothing to read them against)
         return Derived("kv_pool", "dtype", Unknown(unstated), "kv-pool.dtype", ())
+    log = kb.get("kv_pool", "bytes_per_token")
     if log is None or not log.known or not log.value:
         return Derived("kv_pool", "dtype", Unknown(f"{unstated}; the log prints no KV size and token count to read "
                                                    "its width from"), "kv-pool.dtype", (model,))
