@@ -142,7 +142,7 @@ def analyse(path: LogInput, *, launch: Optional[int] = None, target_rank: Option
 def analyse_facts(name: str, facts: list[F.Fact], framework: str, lines: int, *, launch: Optional[int] = None,
                   **inputs) -> Analysis:
     """The engine over facts already read (from a running server's endpoints)."""
-    splitter = LaunchSplitter(launch)
+    splitter = LaunchSplitter(launch, log=False)
     for fact in facts:
         splitter.add(fact)
     outlines, kept = splitter.finish()

@@ -110,11 +110,13 @@ class LaunchSplitter:
     distributed) again after the start-up finished or failed, or once more than its start-up
     loads models: twice with a draft model (speculative decoding), once when server_args
     states there is none. A line that repeats such a line word for word (one line printed
-    twice, by two log handlers or a paste) is read once; the repeat is named as unread.
+    twice, by two log handlers or a paste) is read once; the repeat is named as unread. Facts
+    that are not a log's lines (`log=False`: a running server's endpoints, each stating what it
+    knows) repeat kinds by nature, and only the rules of the first paragraph split them.
     """
 
-    def __init__(self, wanted: Optional[int] = None, keep_all: bool = False):
-        self.wanted, self.keep_all = wanted, keep_all
+    def __init__(self, wanted: Optional[int] = None, keep_all: bool = False, log: bool = True):
+        self.wanted, self.keep_all, self.log = wanted, keep_all, log
         self.outlines: list[Outline] = []
         self.kept: list[Launch] = []
         self._open()
@@ -129,7 +131,7 @@ class LaunchSplitter:
     def add(self, fact: F.Fact) -> None:
         opener, begin = isinstance(fact, _OPENERS), isinstance(fact, _BEGINS)
         key = (type(fact), fact.rank.key())
-        said = self.said.get(key) if opener or begin else None
+        said = self.said.get(key) if self.log and (opener or begin) else None
         if self.group and ((opener and self.scheduler_seen) or (begin and self.finished)):
             self._close(f"line {fact.evidence.line} starts another start-up")
         elif said is not None and said.evidence.text == fact.evidence.text:
@@ -139,7 +141,7 @@ class LaunchSplitter:
             opener = begin = False
         elif self.group and opener and said is not None:
             self._close(f"line {fact.evidence.line} opens another start-up record before any rank printed")
-        elif self.group and begin and self.begins[key] >= self.loads:
+        elif self.group and begin and self.begins[key] >= (self.loads if self.log else 2):
             self._close(f"line {fact.evidence.line}: {fact.rank.label} begins loading again"
                         + (" (server_args states no draft model)" if self.loads == 1 else ""))
         if opener or begin:
