@@ -70,9 +70,9 @@ def test_cli_unknown_rule_is_exit_2(monkeypatch, capsys):
 DERIVE = [r for r in DERIVATIONS if ruledocs.kind(r) == "derive"]
 
 
-@pytest.mark.parametrize("r", DERIVE, ids=[r.name for r in DERIVE])
+@pytest.mark.parametrize("r", DERIVATIONS, ids=[r.name for r in DERIVATIONS])
 def test_derivation_rule_is_documented(r):
-    """rules/derive/ holds the core formulas: each rule says what it concludes, how, and an example."""
+    """The derivation rules hold the core formulas: each says what it concludes, how, and an example."""
     sections = ruledocs.sections(r)
     assert set(sections) == set(ruledocs.DERIVATION_SECTIONS)
     assert all(len(text) > 20 for text in sections.values())

@@ -39,7 +39,12 @@ def _sides(kb, topic):
       reads=(F.Compared,),
       concludes=("diff_config",))
 def config_changes(kb):
-    """Every configuration value that differs between the two start-ups (stated in either)."""
+    """What it concludes: `diff_config`: each configuration value that differs between two start-ups.
+
+    How: each configuration key either log states, compared; a key stated in only one of them is a
+    difference too (it explains no memory change: unstated is not changed).
+
+    Example: `mem_fraction_static` 0.6 → 0.88 between two start-ups of one deployment."""
     for key, sides in sorted(_sides(kb, "config").items()):
         before, after = sides.get("before"), sides.get("after")
         values = (before.value if before else None, after.value if after else None)
@@ -52,8 +57,16 @@ def config_changes(kb):
       reads=(F.Compared, "diff_config"),
       concludes=("diff_memory",))
 def memory_changes(kb):
-    """Each memory category's change on the target rank (GiB), with the configuration change
-    that most plausibly explains it."""
+    """What it concludes: `diff_memory`: each memory category's change, and the configuration change
+    that explains it.
+
+    How: after − before of each breakdown category on the target rank, in GiB; a change under 0.05
+    GiB is the printed rounding and not reported. It is explained by the first key of the
+    category's list (EXPLAINERS, most direct first) whose value both logs state and differ in;
+    none → a different GPU, software version, driver or another process.
+
+    Example: `kv_cache` grew with `mem_fraction_static` 0.6 → 0.88, the first key that sizes it to
+    have changed."""
     # only a value stated in both logs can explain a change (unstated is not changed)
     changed = {d.key: d for d in kb.topic("diff_config") if None not in (d.value["before"], d.value["after"])}
     for category, sides in sorted(_sides(kb, "breakdown").items()):
@@ -77,7 +90,13 @@ def memory_changes(kb):
       reads=(F.Compared,),
       concludes=("diff_kv_pool", "diff_concurrency"))
 def capacity_changes(kb):
-    """Token capacity and concurrency per request length, before and after."""
+    """What it concludes: `diff_kv_pool` and `diff_concurrency`: token capacity and concurrency per
+    request length, before and after.
+
+    How: each `kv_pool` value and each `concurrency` row of the two start-ups, compared; those that
+    differ are listed with both values.
+
+    Example: `kv_pool.tokens` and the requests of 4096 tokens that fit, in each start-up."""
     for topic in ("kv_pool", "concurrency"):
         for key, sides in sorted(_sides(kb, topic).items(), key=lambda kv: str(kv[0])):
             before, after = sides.get("before"), sides.get("after")
@@ -91,7 +110,13 @@ def capacity_changes(kb):
       reads=(F.Compared,),
       concludes=("diff_finding",))
 def finding_changes(kb):
-    """Findings that appeared or went away."""
+    """What it concludes: `diff_finding`: the findings that appeared or went away between two
+    start-ups.
+
+    How: the finding names of the two start-ups, compared: one only after appeared, one only
+    before went away (with its title).
+
+    Example: `excess-headroom` goes away once the fraction is raised."""
     for name, sides in sorted(_sides(kb, "finding").items()):
         if len(sides) == 1:
             side, fact = next(iter(sides.items()))

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Parts, rule
-from capdiag.rules.findings._advice import round_down
 from capdiag.rules._common import gib, is_vllm, runtime, target
 from capdiag.vocabulary import GIB
 

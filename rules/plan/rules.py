@@ -46,7 +46,11 @@ def _tp(req: F.PlanRequest) -> int:
       reads=(F.PlanRequest, F.ModelConfig),
       concludes=("plan:parameters",))
 def parameters(kb):
-    """Parameters: `--params` (e.g. 70B), else counted from config.json."""
+    """What it concludes: `plan.parameters`: the model's parameter count.
+
+    How: `--params` (e.g. 70B), else counted from config.json.
+
+    Example: `--params 70B`: 70 × 10^9."""
     req, model = _request(kb), kb.first(F.ModelConfig, role=None)
     if req is None:
         return
@@ -64,10 +68,13 @@ def parameters(kb):
       reads=(F.PlanRequest, F.ModelWeights, "plan:parameters"),
       concludes=("plan:weights",))
 def weights(kb):
-    """Weights per GPU: the checkpoint's own bytes (`metadata.total_size` of its safetensors
-    index, with `--model` and no `--weight-dtype`), else parameters × bytes per weight
-    (bf16/fp16 2, fp8/int8 1, int4 0.5 plus its quantization scales, not counted) / 2^30; split
-    over TP."""
+    """What it concludes: `plan.weights`: the GiB of weights each GPU holds.
+
+    How: The checkpoint's own bytes (`metadata.total_size` of its safetensors index, with `--model`
+    and no `--weight-dtype`), else parameters × bytes per weight (bf16/fp16 2, fp8/int8 1, int4 0.5
+    plus its quantization scales, not counted) / 2^30; split over TP.
+
+    Example: 70B parameters in bf16 over TP 8: 70 × 10^9 × 2 B / 2^30 / 8 = 16.30 GiB per GPU."""
     req, params = _request(kb), kb.get("plan", "parameters")
     stored = kb.first(F.ModelWeights, role=None)
     if req is not None and req.weights_as_stored and stored is not None:
@@ -93,10 +100,13 @@ def weights(kb):
       reads=(F.PlanRequest, F.ModelConfig),
       concludes=("plan:kv_per_token",))
 def kv_per_token(kb):
-    """KV bytes per token per GPU from config.json, the cell the log rules compute too
-    (capdiag.vocabulary.kv_cell): KV heads on the rank (max(1, heads // TP)) × (head_dim +
-    v_head_dim) × full-attention layers × bytes of the KV dtype; MLA: (kv_lora_rank +
-    qk_rope_head_dim) × layers × bytes on every rank."""
+    """What it concludes: `plan.kv_per_token`: the KV bytes one token takes on each GPU.
+
+    How: from config.json, the cell the log rules compute too (capdiag.vocabulary.kv_cell): KV heads
+    on the rank (max(1, heads // TP)) × (head_dim + v_head_dim) × full-attention layers × bytes of
+    the KV dtype; MLA: (kv_lora_rank + qk_rope_head_dim) × layers × bytes on every rank.
+
+    Example: Llama-3.1-70B at TP 8: max(1, 8 // 8) × (128 + 128) × 80 layers × 2 B = 40960 B."""
     req, model = _request(kb), kb.first(F.ModelConfig, role=None)
     if req is None:
         return
@@ -119,9 +129,13 @@ def kv_per_token(kb):
       reads=(F.PlanRequest, "gpu:total_gib"),
       concludes=("plan:usable",))
 def usable(kb):
-    """Usable memory per GPU: the measured total (`--gpu-total-gib`, else the reference's
-    nvidia-smi total for `--gpu`) × the framework's static fraction (SGLang mem_fraction_static,
-    vLLM gpu_memory_utilization; default 0.9)."""
+    """What it concludes: `plan.usable`: the GiB of each GPU the framework may use.
+
+    How: The measured total (`--gpu-total-gib`, else the reference's nvidia-smi total for `--gpu`) ×
+    the framework's static fraction (SGLang mem_fraction_static, vLLM gpu_memory_utilization;
+    default 0.9).
+
+    Example: `--gpu h100_sxm` (79.65 GiB measured) × 0.9 ≈ 71.7 GiB."""
     req, total = _request(kb), kb.get("gpu", "total_gib")
     if req is None or total is None:
         return
@@ -138,8 +152,14 @@ def usable(kb):
       reads=(F.PlanRequest, F.ModelConfig, "plan:kv_per_token", "plan:usable", "plan:parameters"),
       concludes=("plan:kv_cache", "plan:activation", "plan:framework", "plan:headroom", "plan:training_state"))
 def buckets(kb):
-    """The remaining buckets per GPU: KV cache for the workload, activation and framework
-    estimates, and headroom (a share of usable memory); with `--training`, the optimizer state."""
+    """What it concludes: `plan.kv_cache`, `plan.activation`, `plan.framework`, `plan.headroom` and
+    `plan.training_state`: the other buckets per GPU.
+
+    How: KV cache for the workload, activation and framework estimates, and headroom (a share of
+    usable memory); with `--training`, the optimizer state.
+
+    Example: `--workload 8192x16` at 40960 B per token: 16 × 8192 × 40960 B = 5.00 GiB of KV per
+    GPU."""
     req, model = _request(kb), kb.first(F.ModelConfig, role=None)
     per_token, usable_d = kb.get("plan", "kv_per_token"), kb.get("plan", "usable")
     if req is None or per_token is None or usable_d is None:
@@ -184,9 +204,14 @@ def buckets(kb):
       reads=(F.PlanRequest, F.ModelConfig, "plan"),
       concludes=("plan:verdict",))
 def verdict(kb):
-    """Fits / fits at TP=N / does not fit: the per-GPU buckets against usable memory; the
-    smallest TP (1, 2, 4, … up to the GPUs given) that fits; and the most concurrent requests at
-    each context that the memory left after weights, activation, framework and headroom holds."""
+    """What it concludes: `plan.verdict`: whether the model fits, at which TP, and how many requests at
+    each context.
+
+    How: fits / fits at TP=N / does not fit: the per-GPU buckets against usable memory; the smallest
+    TP (1, 2, 4, … up to the GPUs given) that fits; and the most concurrent requests at each context
+    that the memory left after weights, activation, framework and headroom holds.
+
+    Example: weights 16.30 + KV 5.00 GiB + the estimates and headroom within 71.7 GiB usable: fits."""
     req = _request(kb)
     usable_d, per_token, weights_d = kb.get("plan", "usable"), kb.get("plan", "kv_per_token"), \
         kb.get("plan", "weights")

@@ -143,11 +143,16 @@ def _pin_pool(p: _Projection, tokens: int, kv_gib: float, cell: float, per_token
              "kv_pool:theoretical_bytes_per_token"),
       concludes=("what_if",))
 def sglang(kb):
-    """Projects an SGLang start-up under `--what-if` changes: mem_fraction_static,
-    kv_cache_dtype, page_size, tp_size (with config.json), max_running_requests, context_len.
-    KV pool bytes, token capacity (page-aligned), the concurrency table and the free memory
-    after capture follow from SGLang's formula; CUDA graphs and everything else stay as
-    measured. Hybrid Mamba models (a second, separately sized pool) are not projected."""
+    """What it concludes: `what_if`: the SGLang start-up re-sized under the `--what-if` changes, and
+    the conclusions the changes replace, which the counterfactual run pins.
+
+    How: it projects mem_fraction_static, kv_cache_dtype, page_size, tp_size (with config.json),
+    max_running_requests, context_len. KV pool bytes, token capacity (page-aligned), the concurrency
+    table and the free memory after capture follow from SGLang's formula; CUDA graphs and everything
+    else stay as measured. Hybrid Mamba models (a second, separately sized pool) are not projected.
+
+    Example: `--what-if mem_fraction_static=0.95` on the bundled example: rest = 63.44 − 78.43 × (1
+    − 0.95) = 59.5185 GiB, 487,519 tokens, 3.16 GiB free after capture."""
     request = kb.first(F.WhatIf, role=None)
     if request is None or is_vllm(kb):
         return
@@ -239,11 +244,16 @@ def _pin_concurrency(kb, p: _Projection, pool: int):
              "config:max_running_requests", "config:max_model_len", "config:context_len?", "config:tp_size"),
       concludes=("what_if",))
 def vllm(kb):
-    """Projects a vLLM start-up under `--what-if` changes: gpu_memory_utilization,
-    kv_cache_dtype, tp_size (with config.json), max_num_seqs, max_model_len. The KV budget
-    grows or shrinks by total × Δutilization while weights, activation peak, non-torch memory and
-    the graph estimate stay as measured; tokens = KV bytes / bytes per token, in whole blocks
-    where the block size is stated."""
+    """What it concludes: `what_if`: the vLLM start-up re-sized under the `--what-if` changes, and the
+    conclusions the changes replace, which the counterfactual run pins.
+
+    How: it projects gpu_memory_utilization, kv_cache_dtype, tp_size (with config.json), max_num_seqs,
+    max_model_len. The KV budget grows or shrinks by total × Δutilization while weights, activation
+    peak, non-torch memory and the graph estimate stay as measured; tokens = KV bytes / bytes per
+    token, in whole blocks where the block size is stated.
+
+    Example: `--what-if gpu_memory_utilization=0.97` at 0.9 of 23.58 GiB with 2.89 GiB of KV: KV =
+    2.89 + 23.58 × 0.07 = 4.54 GiB, 0.71 GiB outside the budget."""
     request = kb.first(F.WhatIf, role=None)
     if request is None or not is_vllm(kb):
         return
