@@ -43,18 +43,25 @@ KEYWORDS = FACT_KEYWORDS
 # anchor let through is then checked against the whole list (has_keyword), so the lines read
 # are exactly those holding a keyword.
 MAX_ANCHORS = 64
+# The words of six letters or more that request-time lines print (SGLang's batch lines, vLLM's
+# periodic metrics lines, capdiag.traffic): an anchor made of one would send every traffic line
+# to be checked against the whole list, one by one (vLLM's `Engine 000: Avg prompt …` made
+# "engine" cost the fallback 2.5x).
+TRAFFIC_WORDS = frozenset({"engine", "prompt", "throughput", "generation", "running", "waiting", "pending",
+                           "swapped", "prefill", "decode", "cached", "prefix", "retract", "retracted_reqs"})
 
 
 def anchors(keywords: Iterable[str], limit: int = MAX_ANCHORS) -> tuple[str, ...]:
     """At most `limit` lowercase strings, one inside every keyword: the keywords that hold no
     other, then, while too many, the longest-shared word of six or more letters in place of
-    the keywords that hold it (a shorter word, like "graph", is in request traffic too)."""
+    the keywords that hold it (a shorter word, like "graph", or one of TRAFFIC_WORDS, is in
+    request traffic too)."""
     lowered = {k.lower() for k in keywords}
     found = {k for k in lowered if not any(other != k and other in k for other in lowered)}
     while len(found) > limit:
         counts: dict[str, int] = {}
         for pattern in found:
-            for word in set(re.findall(r"[a-z_]{6,}", pattern)):
+            for word in set(re.findall(r"[a-z_]{6,}", pattern)) - TRAFFIC_WORDS:
                 counts[word] = counts.get(word, 0) + 1
         word = max(sorted(counts), key=lambda w: counts[w])
         if counts[word] < 2:
@@ -95,9 +102,10 @@ def _keyword_offsets(scan: bytes) -> list[int]:
     database.scan(scan, match_event_handler=lambda _id, _start, end, _flags, _context: ends.append(end - 1))
     return sorted(ends)
 # Counting newlines is the reader's largest cost after the keyword search (`bytes.count` ~0.7
-# s/GiB); numpy (the `fast` extra) counts at ~0.2 s/GiB but costs ~0.1 s to import, so it is
-# used only once this much of a log has been read. The count is the same either way.
-NUMPY_FROM = 64 << 20
+# s/GiB); numpy (the `fast` extra) counts at ~0.2 s/GiB but costs ~0.1 s and ~15 MiB to
+# import, so it is used only once this much of a log has been read (on a 128 MiB log, from
+# 64 MiB on, it measured slower). The count is the same either way.
+NUMPY_FROM = 256 << 20
 
 
 @lru_cache(maxsize=1)
@@ -394,7 +402,7 @@ class _Recoded:
     stream) passes through."""
 
     def __init__(self, stream, first: bytes | None, encoding: str | None):
-        self.stream, self.first = stream, first
+        self.stream, self.first, self.whole = stream, first, False
         self.decoder = codecs.getincrementaldecoder(encoding)("replace") if encoding else None
 
     def read(self, size: int) -> bytes | None:
@@ -410,16 +418,20 @@ class _Recoded:
         """Put the next chunk (what read(CHUNK) would return) into `buffer` after its first
         `held` bytes, growing it if need be; its length (0 at the end, None when a live stream
         paused). A file or BytesIO read as it is is read straight into the buffer: no new
-        bytes object a chunk."""
-        if self.first is None and self.decoder is None and isinstance(self.stream, _READ_INTO):
+        bytes object a chunk. (Only after a whole chunk: a short one was the end, and a small
+        log is not worth a buffer of CHUNK bytes.)"""
+        if self.whole and self.first is None and self.decoder is None and isinstance(self.stream, _READ_INTO):
             if len(buffer) < held + CHUNK:
                 buffer.extend(bytes(held + CHUNK - len(buffer)))
             with memoryview(buffer) as view:
-                return self.stream.readinto(view[held:held + CHUNK])
-        chunk = self.read(CHUNK)
-        if chunk:
-            buffer[held:held + len(chunk)] = chunk
-        return None if chunk is None else len(chunk)
+                got = self.stream.readinto(view[held:held + CHUNK])
+        else:
+            chunk = self.read(CHUNK)
+            if chunk:
+                buffer[held:held + len(chunk)] = chunk
+            got = None if chunk is None else len(chunk)
+        self.whole = got == CHUNK
+        return got
 
     def close(self) -> None:
         self.stream.close()

@@ -24,6 +24,21 @@ def test_too_many_keywords_share_their_common_word():
     assert anchors(["Load weight", "load weight end", "Error", "Value error,"]) == ("error", "load weight")
 
 
+TRAFFIC_CASES = Path(__file__).resolve().parent / "traffic_cases"
+_TRAFFIC = (b"Decode batch", b"Prefill batch", b"Avg prompt throughput: ", b"#retracted_reqs: ", b"is preempted by")
+
+
+def test_no_anchor_lets_through_a_traffic_line_that_no_keyword_holds():
+    """Request-time lines are most of a long log: an anchor found in one that no keyword is in
+    would send each of them to be checked line by line (the fallback's speed)."""
+    lines = [line for log in sorted(TRAFFIC_CASES.glob("*.log")) for line in log.read_bytes().lower().splitlines()
+             if any(marker.lower() in line for marker in _TRAFFIC)]
+    assert len(lines) > 20
+    scanner = ahocorasick_rs.BytesAhoCorasick([a.encode() for a in ANCHORS])
+    for line in lines:
+        assert not scanner.find_matches_as_indexes(line) or _WHOLE_LIST.find_matches_as_indexes(line), line
+
+
 # Pieces of real start-up and traffic lines, keyword fragments, anchor-only words and wraps.
 _PIECES = st.sampled_from([
     "[2026-03-02 09:14:19] ", "KV Cache is allocated. #tokens: 415615", "Decode batch, #running-req: 3, cuda graph: True",

@@ -54,9 +54,9 @@ def _word(fields: dict, key: str) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
-def _graph_words(head: str) -> tuple[str, str, Optional[str]]:
-    """(graph, device, stated role) from `Capture [role] [kind] <device> graph …`."""
-    words = head.split(" graph")[0].split()[1:]
+def _graph_words(items) -> tuple[str, str, Optional[str]]:
+    """(graph, device, stated role) from the words of `Capture [role] [kind] <device> graph …`."""
+    words = [str(t) for t in items if isinstance(t, Token) and t.type == "GRAPH_WORD"]
     lowered = [w.lower() for w in words]
     role = "draft" if "draft" in lowered else ("target" if "target" in lowered else None)
     graph = next((w for w in lowered if w in ("decode", "verify", "prefill", "extend", "piecewise")), "decode")
@@ -133,11 +133,11 @@ class _Lines(Transformer):
         return (F.WeightsCommitted, {})
 
     def kv_alloc(self, items):
-        head, f = str(items[0]), items[-1]
-        label = head.split()[0] if head.startswith(("Full ", "SWA ")) else None
-        return (F.KVCacheAllocated, {"label": label, "dtype": _word(f, "dtype"), "tokens": _int(f, "#tokens"),
-                                     "k_gib": _num(f, "k size"), "v_gib": _num(f, "v size"),
-                                     "kv_gib": _num(f, "kv size"), "va_upper_bound": "VA upper bound" in head})
+        head, f = {t.type: str(t) for t in items[:-1]}, items[-1]
+        return (F.KVCacheAllocated, {"label": head.get("KV_LABEL"), "dtype": _word(f, "dtype"),
+                                     "tokens": _int(f, "#tokens"), "k_gib": _num(f, "k size"),
+                                     "v_gib": _num(f, "v size"), "kv_gib": _num(f, "kv size"),
+                                     "va_upper_bound": "KV_VA_BOUND" in head})
 
     def swa_pool(self, items):
         f = items[-1]
@@ -157,14 +157,14 @@ class _Lines(Transformer):
         return None if avail is None else (F.MemoryPoolEnd, {"avail_gib": avail})
 
     def graph_begin(self, items):
-        graph, device, role = _graph_words(str(items[0]))
-        f = items[1] if len(items) > 1 else {}
+        graph, device, role = _graph_words(items)
+        f = items[-1] if isinstance(items[-1], dict) else {}
         return (F.GraphCaptureBegin, {"graph": graph, "device": device, "avail_gib": _num(f, "avail mem"),
                                       "_role": role})
 
     def graph_end(self, items):
-        graph, device, role = _graph_words(str(items[0]))
-        f = items[1] if len(items) > 1 else {}
+        graph, device, role = _graph_words(items)
+        f = items[-1] if isinstance(items[-1], dict) else {}
         return (F.GraphCaptureEnd, {"graph": graph, "device": device,
                                     "elapsed_s": _num(f, "time elapsed", "elapsed"),
                                     "mem_usage_gib": _num(f, "mem usage"), "avail_gib": _num(f, "avail mem"),
