@@ -136,7 +136,7 @@ def _read(reader, payload, endpoint: str, *extra):
     """A reader over an answer; an answer of an unexpected shape is one line, not a traceback."""
     try:
         return reader(payload, endpoint, *extra)
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
         raise InputError(f"{endpoint}: an answer of an unexpected shape ({exc})") from None
 
 

@@ -113,6 +113,7 @@ class _Rank:
         self.low = self.high = None  # throughput range
         self.context = [0, 0]
         self.prompt = [0, 0]
+        self.prefill_max = 0  # the most new tokens one prefill line printed: has a batch hit the chunk budget?
         self.retracted = self.retract_events = 0
         self.retract_tokens: Optional[int] = None
         self.preemptions: Optional[int] = None
@@ -311,8 +312,10 @@ class TrafficAggregator:
             rank.throughput(list(map(float, throughput)))
             rank.context[0] += sum(map(int, d_tokens))
             rank.context[1] += sum(map(int, d_running))
-            rank.prompt[0] += sum(map(int, p_new)) + sum(map(int, p_cached))
+            new = list(map(int, p_new))
+            rank.prompt[0] += sum(new) + sum(map(int, p_cached))
             rank.prompt[1] += sum(map(int, p_seqs))
+            rank.prefill_max = max(rank.prefill_max, max(new, default=0))
         return True
 
     def _sglang_rows(self, first: int, block: bytes) -> None:
@@ -333,6 +336,7 @@ class TrafficAggregator:
             rank.context[1] += sum(int(r[3]) for r in rows if r[3])
             rank.prompt[0] += sum(int(r[10]) + int(r[11]) for r in rows if r[9])
             rank.prompt[1] += sum(int(r[9]) for r in rows if r[9])
+            rank.prefill_max = max(rank.prefill_max, max((int(r[10]) for r in rows if r[9]), default=0))
 
     def _retractions(self, first: int, block: bytes) -> None:
         for m in _RETRACT.finditer(block):
@@ -451,7 +455,8 @@ def _facts(rank: _Rank) -> list[F.Fact]:
         lines=rank.lines,
         first_time=rank.first_time, last_time=rank.last_time, samples=samples, peak_queue=rank.peak_queue,
         throughput=(rank.low, rank.high), context_tokens=rank.context[0], context_requests=rank.context[1],
-        prompt_tokens=rank.prompt[0], prompt_requests=rank.prompt[1], retractions=rank.retracted,
+        prompt_tokens=rank.prompt[0], prompt_requests=rank.prompt[1],
+        prefill_max_new_tokens=rank.prefill_max if rank.prompt[1] else None, retractions=rank.retracted,
         retraction_events=rank.retract_events, retraction_tokens_max=rank.retract_tokens,
         preemptions=rank.preemptions, series=tuple(tuple(p) for p in rank.series))
     marks = [F.TrafficMark(evidence=F.Evidence(line, text), rank=tags, role=F.RUNTIME_ROLE, framework=rank.framework,

@@ -13,7 +13,7 @@ from capdiag.rules.findings import (context_exceeds_kv, cuda_graph_estimate_off,
                                     deepgemm_jit_suspected, dp_attention_budget, excess_headroom, fp8_kv_opportunity,
                                     gpu_capacity_ambiguous, kernel_cache_cold, kv_capacity_binds, kv_head_replication,
                                     kv_retractions, low_concurrency, mem_fraction_unstated, moe_expert_buffers,
-                                    out_of_memory, overlap_weight_load, pool_capped, pp_stage_skew, rank_imbalance,
+                                    observed_lengths, out_of_memory, overlap_weight_load, pool_capped, pp_stage_skew, rank_imbalance,
                                     request_limit_binds, request_limit_binds_traffic, speculative_draft_memory,
                                     startup_failed, startup_incomplete, swa_compressed_kv, thin_headroom,
                                     unexplained_memory, utilization_too_high, weights_exceed_budget)
@@ -106,6 +106,7 @@ FINDINGS = (
     kv_capacity_binds.kv_capacity_binds,
     request_limit_binds_traffic.request_limit_binds_traffic,
     kv_retractions.kv_retractions,
+    observed_lengths.observed_lengths,
 )
 
 # Projections run last: they say which findings a change would add or remove.

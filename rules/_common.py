@@ -61,3 +61,17 @@ def runtime(kb: Knowledge):
     """The run-time summary of all ranks' traffic lines (rules/runtime.py), or None."""
     rows = kb.topic("runtime")
     return kb.get("runtime", "all") or (rows[0] if len(rows) == 1 else None)
+
+
+def observed_concurrency(runtime_value: dict) -> Optional[tuple[int, str]]:
+    """(requests the pool holds, at what length) at the lengths the server really saw: the KV a
+    running request held in SGLang's decode lines, else the mean finished request of a server's
+    length histograms; None when neither is known."""
+    lengths = runtime_value["observed_lengths"]
+    if lengths["concurrency_at_mean_context"]:
+        return (lengths["concurrency_at_mean_context"],
+                f"the observed mean context of {lengths['mean_context_tokens']:,} tokens per running request")
+    if lengths.get("concurrency_at_mean_request"):
+        return (lengths["concurrency_at_mean_request"],
+                f"the observed mean finished request of {lengths['mean_request_tokens']:,} tokens (prompt + generated)")
+    return None

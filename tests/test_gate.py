@@ -127,7 +127,7 @@ def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch,
     jsonschema.validate(doc, sarif_schema())
     run = doc["runs"][0]
     rules = run["tool"]["driver"]["rules"]
-    assert len(rules) == 30 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
+    assert len(rules) == 31 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
     assert rules[1]["defaultConfiguration"]["level"] == "error" and "**What to do.**" in rules[1]["help"]["markdown"]
     oom = next(r for r in run["results"] if r["ruleId"] == "CD102")
     assert oom["level"] == "error"
@@ -227,14 +227,14 @@ def test_junit_parses_back_with_failure_skipped_and_error(monkeypatch, capsys, t
     suites = root.findall("testsuite")
     assert code == 2 and len(suites) == 2
     oom, missing = suites
-    assert oom.get("tests") == "30" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
+    assert oom.get("tests") == "31" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
     failure = oom.find("testcase[@classname='capdiag.CD102']/failure")
     assert failure.get("type") == "error" and "out of memory" in failure.text.lower() and "line " in failure.text
     skipped = oom.find("testcase[@classname='capdiag.CD106']/skipped")
     assert skipped.get("message") == ("insufficient evidence: needs the memory no log line explains (`other`) "
                                       "(needs the GPU's measured used memory: give --nvidia-smi-file)")
     assert oom.find("testcase[@classname='capdiag.CD105']/skipped").get("message") == "applies to vllm logs only"
-    assert missing.get("errors") == "30" and "no such file" in missing.find("testcase/error").get("message")
+    assert missing.get("errors") == "31" and "no such file" in missing.find("testcase/error").get("message")
 
 
 def test_github_commands_are_escaped_and_summary_appended(monkeypatch, capsys, tmp_path):

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings, strategies as st
 
 from capdiag.cli import main
 from capdiag.errors import InputError
+from capdiag.parsing.prometheus import read_metrics
 from capdiag.probe import analyse_probe
 from capdiag.render import render
 from capdiag.report import build
@@ -271,6 +273,13 @@ def test_request_lengths_from_the_histograms():
     assert generated["mean"] == round(615600 / 1565) and generated["longest_at_most"] == 2000
     assert lengths["mean_request_tokens"] == prompt["mean"] + generated["mean"]
     assert lengths["concurrency_at_mean_request"] == 454464 // lengths["mean_request_tokens"]
+    binds = next(f for f in report["findings"] if f["name"] == "kv-capacity-binds")
+    assert "At the observed mean finished request of 1,560 tokens (prompt + generated) the pool holds 291" in binds["message"]
+    lengths_finding = next(f for f in report["findings"] if f["name"] == "observed-lengths")
+    assert "mean finished request of 1,560 tokens (prompt + generated) the KV pool holds 291" in lengths_finding["message"]
+    assert "prompts mean 1,167 tokens, p90 2,000–5,000" in lengths_finding["message"]
+    assert any(e["where"].startswith("metrics file") and "vllm:request_prompt_tokens" in e["text"]
+               for e in lengths_finding["evidence"])
     engine0 = report["runtime"]["ranks"][0]["observed_lengths"]["prompt_length"]
     assert engine0["requests"] == 1045 and engine0["mean"] == 1200
     text = " ".join(render(report, "text").split())
@@ -289,3 +298,42 @@ def test_sglang_counters_and_histograms_with_its_load(serve):
     retracted = rt["rates"]["counters"]["retractions"]
     assert (retracted["metric"], retracted["increase"]) == ("sglang:num_retracted_requests_total", 6)
     assert rt["observed_lengths"]["prompt_length"]["metric"] == "sglang:prompt_tokens_histogram"
+    # the radix cache served 100000 of the 250000 prompt tokens between the two reads
+    assert rt["rates"]["prefix_cache_hit_rate"] == 0.4 and rt["rates"]["counters"]["cached_tokens"]["increase"] == 100000
+    # SGLang's tokenizer counts for all DP ranks (no rank label): with all of them, not with one
+    assert "cached_tokens" not in rt["ranks"][0]["rates"]["counters"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('vllm:sgang_ #{}="le,+Inf0123456789.e-\n TYPEHELPcountertotalbucket')),
+               max_size=300))
+def test_any_scrape_text_is_read_or_refused_in_one_line(text):
+    try:
+        samples = read_metrics(text, "scrape.txt")
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert all(s.framework in ("vllm", "sglang") for s in samples)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats() | st.sampled_from([float("inf")])
+                     | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                         st.sampled_from(["loads", "dp_rank", "num_running_reqs", "num_waiting_reqs", "num_reqs",
+                                          "num_tokens", "token_usage", "gen_throughput", "internal_states",
+                                          "memory_usage", "weight", "kvcache", "token_capacity", "graph"]),
+                         inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(answer=_JSON)
+def test_any_answer_shape_is_read_or_refused_in_one_line(answer):
+    from capdiag.parsing import endpoints as E
+    from capdiag.probe import _read
+
+    for reader, args in ((E.sglang_loads, ([answer, answer], "GET /v1/loads", 1000)),
+                         (E.sglang_server_info, (answer, "GET /server_info"))):
+        try:
+            _read(reader, *args)
+        except InputError as exc:
+            assert "\n" not in str(exc)

@@ -31,7 +31,7 @@ def test_rule_is_documented(r):
 
 
 def test_codes_and_names_are_unique():
-    assert len({r.code for r in FINDINGS}) == len({r.name for r in FINDINGS}) == len(FINDINGS) == 30
+    assert len({r.code for r in FINDINGS}) == len({r.name for r in FINDINGS}) == len(FINDINGS) == 31
 
 
 def test_issue_slugs_are_all_present():
@@ -40,7 +40,7 @@ def test_issue_slugs_are_all_present():
     fp8-kv-opportunity request-limit-binds context-exceeds-kv cuda-graph-heavy cuda-graph-estimate-off pp-stage-skew
     dp-attention-budget speculative-draft-memory swa-compressed-kv moe-expert-buffers gpu-capacity-ambiguous
     utilization-too-high low-concurrency startup-failed kv-capacity-binds request-limit-binds-traffic kv-retractions
-    weights-exceed-budget pool-capped""".split()
+    weights-exceed-budget pool-capped observed-lengths""".split()
     assert sorted(wanted) == sorted(r.name for r in FINDINGS)
 
 
@@ -52,7 +52,7 @@ def test_find_rule_by_name_or_code():
 
 def test_cli_lists_rules(monkeypatch, capsys):
     code, out, _ = run_entry(monkeypatch, capsys, "rules")
-    assert code == 0 and len(out.splitlines()) == 30
+    assert code == 0 and len(out.splitlines()) == 31
     assert out.splitlines()[0].startswith("CD101  startup-incomplete")
 
 

@@ -242,3 +242,19 @@ def test_retraction_advice_stays_inside_0_1(fraction, before, free, gained):
         assert found["detail"]["tokens_missing"] == gained > 0
         short = gained * report["kv_pool"]["bytes_per_token"] / (1 << 30)
         assert short < free / 100
+
+
+@pytest.mark.parametrize("edit, mean, reason", [
+    # a server_args repr without the field: that SGLang had no pages (one token a page)
+    (lambda log: log.replace(", page_size=1", ""), 2208, None),
+    # the field's absence proves nothing when the repr is cut short
+    (lambda log: log.replace(", page_size=1", ", ..."), None, "page_size is not stated"),
+])
+def test_mean_prompt_needs_the_page_size(tmp_path, edit, mean, reason):
+    log = (CASES / "sglang-chunked-prefill.log").read_text().replace("#new-token: 8192,", "#new-token: 4000,")
+    path = tmp_path / "paged.log"
+    path.write_text(edit(log))
+    lengths = build(analyse(str(path)))["runtime"]["observed_lengths"]
+    assert lengths["prompt_tokens_per_prefill_entry"] == round((4000 + 1024 + 3808) / 4)
+    assert lengths["mean_prompt_tokens"] == mean
+    assert (lengths["mean_prompt_unknown_reason"] or "").endswith(reason or "")

@@ -213,7 +213,7 @@ def sglang_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optio
 
 _STATE = {"kv_cache_usage", "running", "waiting", "preemptions", "max_total_num_tokens"}
 _COUNTED = ("preemptions", "retractions", "prompt_tokens", "generation_tokens", "requests", "prefix_cache_queries",
-            "prefix_cache_hits")
+            "prefix_cache_hits", "cached_tokens")
 
 
 def _by_label(scrapes: list[list[Sample]], label: str) -> dict[str, list[list[Sample]]]:

@@ -43,6 +43,9 @@ COUNTERS = {
     "requests": ("request_success_total", "num_requests_total"),
     "prefix_cache_queries": ("prefix_cache_queries_total", "gpu_prefix_cache_queries_total"),
     "prefix_cache_hits": ("prefix_cache_hits_total", "gpu_prefix_cache_hits_total"),
+    # SGLang's prompt tokens served from its radix cache. Its `cache_hit_rate` gauge is not read:
+    # a percent before v0.4, a fraction after, and only of the last prefill batch.
+    "cached_tokens": ("cached_tokens_total",),
 }
 # Histograms of request lengths in tokens, one observation per finished request: vLLM (and
 # SGLang before v0.4) `request_prompt_tokens` / `request_generation_tokens`; newer SGLang
@@ -83,7 +86,8 @@ def read_metrics(text: str, source: str) -> list[Sample]:
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError) as exc:
-        raise InputError(f"{source}: not the Prometheus text format ({str(exc).splitlines()[0][:100]})") from None
+        said = (str(exc).splitlines() or [type(exc).__name__])[0][:100]
+        raise InputError(f"{source}: not the Prometheus text format ({said})") from None
     found: list[tuple[int, Sample]] = []
     for family in families:
         for s in family.samples:

@@ -181,7 +181,9 @@ def rates(counters: Sequence[F.CounterReadings]) -> Optional[dict[str, Any]]:
                      "increase": _whole(grew) if grew >= 0 and counters[0].scrapes > 1 else None,
                      "per_second": round(grew / seconds, 3) if seconds and grew >= 0 else None,
                      "unknown_reason": reason}
-    queries, hits = out.get("prefix_cache_queries"), out.get("prefix_cache_hits")
+    # vLLM counts queried and hit tokens; SGLang prompt tokens and those its radix cache served
+    queries, hits = ((out.get("prefix_cache_queries"), out.get("prefix_cache_hits")) if "prefix_cache_queries" in out
+                     else (out.get("prompt_tokens"), out.get("cached_tokens")))
     hit_rate = (round(hits["increase"] / queries["increase"], 4) if queries and hits and queries["increase"]
                 and hits["increase"] is not None else None)
     return {"scrapes": counters[0].scrapes, "seconds": seconds, "unknown_reason": why, "counters": out,
@@ -234,6 +236,7 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
 
 
 @rule("runtime.summary", reads=(F.TrafficSummary, F.TrafficMark, F.CounterReadings, F.LengthHistogram, F.TokenBudget,
+                                F.ServerArgs,
                                 "concurrency?", "config:max_running_requests?", "config:chunked_prefill_size?",
                                 "config:page_size?", "kv_pool:tokens?"),
       concludes=("runtime",))
@@ -263,11 +266,12 @@ def summary(kb):
     budget = next((b for b in kb.of(F.TokenBudget, role=None) if b.chunked_prefill_size is not None), None)
     chunk_d, page_d = kb.get("config", "chunked_prefill_size"), kb.get("config", "page_size")
     chunk = budget.chunked_prefill_size if budget else chunk_d.value if chunk_d is not None and chunk_d.known else None
-    page = page_d.value if page_d is not None and page_d.known and isinstance(page_d.value, int) else None
+    page = page_d.value if page_d is not None and page_d.known and isinstance(page_d.value, int) else _unpaged(kb)
     chunk = chunk if isinstance(chunk, int) else None
     marks = kb.of(F.TrafficMark, role=None)
     used = tuple(d for d in (limit_d, tokens_d, chunk_d, page_d) if d is not None and d.known) + (
-        (budget,) if budget is not None else ())
+        (budget,) if budget is not None else ()) + (
+        (kb.first(F.ServerArgs, role=None),) if page is not None and (page_d is None or not page_d.known) else ())
     summaries = kb.of(F.TrafficSummary, role=None)
     counters, histograms = kb.of(F.CounterReadings, role=None), kb.of(F.LengthHistogram, role=None)
     groups = [(s.rank.key(), s, [s]) for s in summaries]
@@ -286,6 +290,15 @@ def summary(kb):
                    + (f"; KV usage peak {usage['peak']}, p50 {usage['p50']}" if usage else "; no KV usage printed"))
         yield Derived("runtime", key, value, "runtime.summary", (*parts, *mine, *read[0], *read[1]) + used, formula,
                       detail={"marks": _marks(mine), "rank": None if key == "all" else s.rank, "parts": parts})
+
+
+def _unpaged(kb) -> Optional[int]:
+    """1 where the whole `server_args` repr has no page_size field: that SGLang allocated the KV
+    pool token by token (it had no pages); else None."""
+    args = kb.first(F.ServerArgs, role=None)
+    if args is None or args.style != "repr" or args.truncated_at is not None or args.elided:
+        return None
+    return None if "page_size" in args.fields else 1
 
 
 def _marks(marks: list[F.TrafficMark]) -> dict[str, F.TrafficMark]:

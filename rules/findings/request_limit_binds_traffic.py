@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Parts, rule
-from capdiag.rules._common import is_vllm, runtime
+from capdiag.rules._common import is_vllm, observed_concurrency, runtime
 
 
 @rule("request-limit-binds-traffic", code="CD127", severity="warning", thresholds={"min_share_queued": 0.2},
@@ -18,7 +18,8 @@ def request_limit_binds_traffic(kb, t):
     gen throughput (token/s): 3100.00, #queue-req: 30` with `max_running_requests=48`.
 
     What to do: raise `--max-running-requests` (vLLM `--max-num-seqs`) — towards the number of
-    requests the pool holds at the observed context length when the lines show it — and watch
+    requests the pool holds at the observed lengths when the inputs show them (SGLang's decode
+    lines, a server's length histograms) — and watch
     activation memory and latency.
     """
     d = runtime(kb)
@@ -30,9 +31,9 @@ def request_limit_binds_traffic(kb, t):
     flag = "--max-num-seqs" if is_vllm(kb) else "--max-running-requests"
     usage = d.value["kv_usage"]
     seen = f"KV usage p50 {round(100 * usage['p50'])} %, peak {round(100 * usage['peak'])} %" if usage else "KV usage not printed"
-    holds = d.value["observed_lengths"]["concurrency_at_mean_context"]
-    toward = (f" toward {holds}, the requests the pool holds at the observed mean context of "
-              f"{d.value['observed_lengths']['mean_context_tokens']} tokens," if holds and holds > run["limit"] else "")
+    observed = observed_concurrency(d.value)
+    toward = (f" toward {observed[0]}, the requests the pool holds at {observed[1]},"
+              if observed and observed[0] > run["limit"] else "")
     yield Parts((d,),
                 title="The request limit, not KV memory, keeps requests waiting",
                 message=f"In {q['queued_at_request_limit']} of {q['lines_queued']} lines with requests waiting, "
