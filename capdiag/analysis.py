@@ -9,8 +9,8 @@ from capdiag import facts as F
 from capdiag.engine import Firing, Knowledge, run
 from capdiag.errors import InputError
 from capdiag.failures import root_cause
-from capdiag.launches import Launch, ends_startup, pick_launch, split_launches
-from capdiag.parsing import FRAMEWORKS, detect_framework, framework_of, read_facts, worker_ranks
+from capdiag.launches import Launch, LaunchSplitter, Outline, ends_startup
+from capdiag.parsing import FRAMEWORKS, FrameworkVotes, framework_of, read_facts, worker_ranks
 from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
@@ -25,11 +25,22 @@ from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 class Analysis:
     path: str
     framework: str
-    launches: tuple[Launch, ...]
-    launch: Launch
+    launches: tuple[Outline, ...]  # every launch of the log, outlined
+    launch: Launch  # the one analysed, whole
     knowledge: Knowledge
     firings: tuple[Firing, ...]
     lines_read: int
+
+
+@attrs.frozen
+class Reading:
+    """A log read: its framework, its line count, every launch outlined and the launches kept
+    whole (the one to analyse, or all of them)."""
+
+    framework: str
+    lines: int
+    outlines: tuple[Outline, ...]
+    launches: tuple[Launch, ...]
 
 
 class _Counter:
@@ -50,27 +61,42 @@ class _Counter:
         return first - 1 + block.count(b"\n") + (bool(block) and not block.endswith(b"\n"))
 
 
-def read_log(log: LogInput, framework: Optional[str] = None, until_ready: Optional[bool] = None,
-             runtime: bool = True) -> tuple[list[F.Fact], str, int]:
-    """Every fact in a log, in line order; the framework that printed it; lines read.
+def read_launches(log: LogInput, framework: Optional[str] = None, until_ready: Optional[bool] = None,
+                  runtime: bool = True, *, wanted: Optional[int] = None, keep_all: bool = False) -> Reading:
+    """A log's launches, read in one pass in memory that does not grow with the number of
+    launches: only the launch to analyse (`wanted`, else the last of those that got furthest)
+    is kept whole, or every one with `keep_all`.
 
-    Without `framework`, both grammars read every candidate line and the framework whose own
-    line kinds the log holds most of is chosen; the other's facts are then dropped.
-    `until_ready` (default: when the log is a pipe) stops reading once a start-up has reached
-    ready or failed and the stream pauses, instead of waiting for the writer to close it. With
-    `runtime`, the request-time traffic lines are summed on the way (capdiag.traffic).
+    Without `framework`, both grammars read every candidate line, the launches are split for
+    each framework's view of the log (its own line kinds and the kinds both print), and the
+    framework whose own line kinds the log holds most of is chosen. `until_ready` (default:
+    when the log is a pipe) stops reading once a start-up has reached ready or failed and the
+    stream pauses, instead of waiting for the writer to close it. With `runtime`, the
+    request-time traffic lines are summed on the way (capdiag.traffic) and join their launch.
     """
     if framework is not None and framework not in FRAMEWORKS:
         raise InputError(f"--framework {framework}: one of {', '.join(FRAMEWORKS)}")
     stream, path, owned = open_log(log)
     if until_ready or (until_ready is None and LiveStream.wanted(stream)):
         stream = LiveStream(stream)
+    views = {name: LaunchSplitter(wanted, keep_all) for name in ((framework,) if framework else FRAMEWORKS)}
+    votes = FrameworkVotes()
     try:
         counter = _Counter(physical_runs(stream))
         traffic = TrafficAggregator() if runtime else None
-        facts = []
+        closed = 0
         for fact in read_facts(candidate_runs(counter, traffic), framework):
-            facts.append(fact)
+            votes.add(fact)
+            own = framework_of(fact)
+            for name, view in views.items():
+                if own is None or own == name:
+                    view.add(fact)
+            # a launch ended: its traffic is kept only while the launch is (the sums are of the
+            # framework whose traffic lines the log holds, and only its view can use them)
+            summing = views.get(traffic.framework) if traffic is not None else None
+            if summing is not None and len(summing.outlines) != closed:
+                closed = len(summing.outlines)
+                traffic.forget_before(summing.kept_from)
             if isinstance(stream, LiveStream) and ends_startup(fact):
                 stream.finish()
     finally:
@@ -78,20 +104,28 @@ def read_log(log: LogInput, framework: Optional[str] = None, until_ready: Option
             stream.close()
     if counter.count == 0:
         raise InputError(f"{path}: the log is empty")
-    chosen = framework or detect_framework(facts)
+    chosen = framework or votes.winner()
     if chosen is None:
-        failure = root_cause(facts)
-        seen = (f"; it ends in a failure at line {failure.line.evidence.line} ({failure.raised.text.splitlines()[0][:120]}): "
+        _, seen = views[FRAMEWORKS[0]].finish()
+        failure = root_cause(seen[0].facts) if seen else None
+        said = (f"; it ends in a failure at line {failure.line.evidence.line} ({failure.raised.text.splitlines()[0][:120]}): "
                 "pass --framework sglang or vllm to analyse it") if failure is not None else ""
         raise InputError(f"{path}: neither an SGLang nor a vLLM start-up log "
-                         f"(no start-up line of either recognised in {counter.count} lines){seen}")
-    facts = worker_ranks([f for f in facts if framework_of(f) in (None, chosen)])
-    if not facts:
+                         f"(no start-up line of either recognised in {counter.count} lines){said}")
+    summed = [f for f in traffic.facts() if f.framework == chosen] if traffic is not None else []
+    outlines, kept = views[chosen].finish(summed)
+    # a worker is placed at its rank by its own line, which may come after its other lines
+    kept = [attrs.evolve(l, facts=tuple(worker_ranks(list(l.facts)))) for l in kept]
+    if not outlines:
         raise InputError(f"{path}: no {framework} start-up line recognised in {counter.count} lines (--framework {framework})")
-    if traffic is not None:
-        summed = [f for f in traffic.facts() if f.framework == chosen]
-        facts = sorted(facts + summed, key=lambda f: f.evidence.line)
-    return facts, chosen, counter.count
+    return Reading(chosen, counter.count, tuple(outlines), tuple(kept))
+
+
+def read_log(log: LogInput, framework: Optional[str] = None, until_ready: Optional[bool] = None,
+             runtime: bool = True) -> tuple[list[F.Fact], str, int]:
+    """Every fact in a log, in line order; the framework that printed it; lines read."""
+    reading = read_launches(log, framework, until_ready, runtime, keep_all=True)
+    return [f for launch in reading.launches for f in launch.facts], reading.framework, reading.lines
 
 
 def analyse(path: LogInput, *, launch: Optional[int] = None, target_rank: Optional[str] = None,
@@ -101,22 +135,31 @@ def analyse(path: LogInput, *, launch: Optional[int] = None, target_rank: Option
             policy: Optional[F.Policy] = None, what_if: Optional[F.WhatIf] = None,
             until_ready: Optional[bool] = None, runtime: bool = True) -> Analysis:
     """The analysis of one log (any form open_log() takes) with the user's side inputs."""
-    facts, framework, lines = read_log(path, framework, until_ready, runtime)
-    return analyse_facts(log_name(path), facts, framework, lines, launch=launch, target_rank=target_rank,
-                         token_lengths=token_lengths, gpu=gpu, gpu_total_gib=gpu_total_gib, nvidia_smi=nvidia_smi,
-                         config_json=config_json, policy=policy, what_if=what_if)
+    reading = read_launches(path, framework, until_ready, runtime, wanted=launch)
+    return _analyse_reading(log_name(path), reading, launch=launch, target_rank=target_rank,
+                            token_lengths=token_lengths, gpu=gpu, gpu_total_gib=gpu_total_gib, nvidia_smi=nvidia_smi,
+                            config_json=config_json, policy=policy, what_if=what_if)
 
 
 def analyse_facts(name: str, facts: list[F.Fact], framework: str, lines: int, *, launch: Optional[int] = None,
-                  target_rank: Optional[str] = None, token_lengths: tuple[int, ...] = DEFAULT_TOKEN_LENGTHS,
-                  gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None, nvidia_smi: Optional[str] = None,
-                  config_json: Optional[str] = None, policy: Optional[F.Policy] = None,
-                  what_if: Optional[F.WhatIf] = None) -> Analysis:
-    """The engine over facts already read (from a log, or from a running server's endpoints)."""
-    launches = split_launches(facts)
-    if launch is not None and not 1 <= launch <= len(launches):
-        raise InputError(f"--launch {launch}: the log holds {len(launches)} launch(es)")
-    chosen = pick_launch(launches, launch)
+                  **inputs) -> Analysis:
+    """The engine over facts already read (from a running server's endpoints)."""
+    splitter = LaunchSplitter(launch, log=False)
+    for fact in facts:
+        splitter.add(fact)
+    outlines, kept = splitter.finish()
+    return _analyse_reading(name, Reading(framework, lines, tuple(outlines), tuple(kept)), launch=launch, **inputs)
+
+
+def _analyse_reading(name: str, reading: Reading, *, launch: Optional[int] = None, target_rank: Optional[str] = None,
+                     token_lengths: tuple[int, ...] = DEFAULT_TOKEN_LENGTHS, gpu: Optional[str] = None,
+                     gpu_total_gib: Optional[float] = None, nvidia_smi: Optional[str] = None,
+                     config_json: Optional[str] = None, policy: Optional[F.Policy] = None,
+                     what_if: Optional[F.WhatIf] = None) -> Analysis:
+    framework = reading.framework
+    if launch is not None and not 1 <= launch <= len(reading.outlines):
+        raise InputError(f"--launch {launch}: the log holds {len(reading.outlines)} launch(es)")
+    chosen = reading.launches[-1]
     inputs: list[F.Fact] = [F.Options(evidence=F.Evidence(F.INPUT_LINE, _options_text(target_rank, token_lengths), 0,
                                                           "input"),
                                       target_rank=None if target_rank is None else str(target_rank),
@@ -137,7 +180,7 @@ def analyse_facts(name: str, facts: list[F.Fact], framework: str, lines: int, *,
         counterfactual.compare(kb, rules)
     if target_rank is not None and not kb.get("target_rank").known:
         raise InputError(f"--target-rank {target_rank}: {kb.get('target_rank').value.reason}")
-    return Analysis(name, framework, tuple(launches), chosen, kb, tuple(firings), lines)
+    return Analysis(name, framework, reading.outlines, chosen, kb, tuple(firings), reading.lines)
 
 
 def _options_text(target_rank, token_lengths) -> str:

@@ -114,12 +114,16 @@ class Report(_Document):
 
     def render(self, fmt: str = "text", *, color: bool = False, width: Optional[int] = None) -> str:
         """The report as `text` (wrapped to `width`, default 100 columns), `markdown`, `html` or `json`."""
-        from capdiag.render import FORMATS, render
+        return "".join(self.render_pieces(fmt, color=color, width=width))
+
+    def render_pieces(self, fmt: str = "text", *, color: bool = False, width: Optional[int] = None) -> Iterator[str]:
+        """render() a piece at a time, to be written as it goes (a JSON report is never held whole)."""
+        from capdiag.render import FORMATS, render_pieces
         from capdiag.terminal import DEFAULT_WIDTH
 
         if fmt not in FORMATS:
             raise InputError(f"--format {fmt}: one of {', '.join(FORMATS)}")
-        return render(self._data, fmt, color=color, width=width or DEFAULT_WIDTH)
+        return render_pieces(self._data, fmt, color=color, width=width or DEFAULT_WIDTH)
 
     def trace(self, rules: Sequence[str] = (), *, width: Optional[int] = None) -> str:
         """The engine's firings (each rule's inputs and value), for `rules` (names, codes or

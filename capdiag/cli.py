@@ -7,16 +7,15 @@ import os
 import sys
 import tempfile
 from importlib import resources
-from typing import Optional
+from typing import Iterable, Optional, Union
 
 import attrs
 import click
 
 from capdiag import __version__, api, ruledocs, terminal
-from capdiag.analysis import read_log
+from capdiag.analysis import read_launches
 from capdiag.api import DEFAULT_FAIL_ON
 from capdiag.errors import InputError
-from capdiag.launches import split_launches
 from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
@@ -48,30 +47,35 @@ class Lengths(click.ParamType):
         return lengths
 
 
-def _write(text: str, output: Optional[str], color: bool = False) -> None:
-    """The output to stdout, or to `output` atomically: written beside it and renamed over it,
-    so a full disk or a size limit leaves the old file whole instead of a truncated one. No
-    control character reaches either (the renderers already made the input's text printable;
-    this is the last check), but the colours of a text report asked for."""
-    text = text if color else printable(text)
+def _write(text: Union[str, Iterable[str]], output: Optional[str], color: bool = False) -> None:
+    """The output (a string, or its pieces in order) to stdout, or to `output` atomically:
+    written beside it and renamed over it, so a full disk or a size limit leaves the old file
+    whole instead of a truncated one. No control character reaches either (the renderers
+    already made the input's text printable; this is the last check), but the colours of a
+    text report asked for."""
+    pieces = [text] if isinstance(text, str) else text
     if not output:
         if sys.stdout is None:
             raise InputError("standard output is closed; give --output FILE")
-        click.echo(text, nl=False, color=color or None)  # colour asked for is kept, even into a pipe
+        for piece in pieces:  # colour asked for is kept, even into a pipe
+            click.echo(piece if color else printable(piece), nl=False, color=color or None)
         return
     target = os.path.abspath(output)
     temp = None
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            for piece in pieces:
+                fh.write(printable(piece))
         if os.path.exists(target):
             os.chmod(temp, os.stat(target).st_mode & 0o7777)
         os.replace(temp, target)
-    except OSError as exc:
+    except BaseException as exc:  # the pieces are made as they are written: no half report is left
         if temp is not None and os.path.exists(temp):
             os.unlink(temp)
-        raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
+        if isinstance(exc, OSError):
+            raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
+        raise
 
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -164,7 +168,7 @@ def explain(logs, fmt, output, inputs, trace, color, no_color, jobs):
         wanted = tuple(name.strip() for item in trace for name in item.split(",") if name.strip())
         _echo_err(report.trace(wanted, width=terminal.width(sys.stderr)))
     colored = fmt == "text" and not output and terminal.use_color("never" if no_color else color)
-    _write(report.render(fmt, color=colored, width=terminal.width() if not output else None), output, colored)
+    _write(report.render_pieces(fmt, color=colored, width=terminal.width() if not output else None), output, colored)
 
 
 def _explain_many(logs, fmt, output, inputs, trace, jobs):
@@ -367,8 +371,7 @@ def example(ctx, fmt):
 @click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
 def facts(log, fmt):
     """List every typed fact read from LOG (or a pipe on stdin), with its launch and line."""
-    found, _, _ = read_log(_stdin_or_refuse((log,) if log else ())[0])
-    launches = split_launches(found)
+    launches = read_launches(_stdin_or_refuse((log,) if log else ())[0], keep_all=True).launches
     rows = [(launch.index, fact) for launch in launches for fact in launch.facts]
     if fmt == "json":
         out = [{"kind": f.kind, "launch": n, "line": f.evidence.line, "rank": attrs.asdict(f.rank),

@@ -12,6 +12,7 @@ from v0.5.14 name their role themselves.
 """
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
@@ -49,8 +50,7 @@ class Launch:
 
     @property
     def phase(self) -> str:
-        reached = [F.PHASES.index(f.PHASE) for f in self.facts if f.PHASE]
-        return F.PHASES[max(reached)] if reached else "init"
+        return phase_of(self.facts)
 
     @property
     def root_cause(self) -> Optional[RootCause]:
@@ -74,25 +74,125 @@ class Launch:
         return max(f.evidence.line for f in self.facts)
 
 
-def split_launches(facts: Iterable[F.Fact]) -> list[Launch]:
-    launches: list[list[F.Fact]] = [[]]
-    begins: Counter = Counter()
-    finished = scheduler_seen = False
-    for fact in facts:
-        restart = (isinstance(fact, _OPENERS) and scheduler_seen) or (
-            isinstance(fact, _BEGINS)
-            and (finished or begins[(type(fact), fact.rank.key())] >= 2))
-        if restart:
-            launches.append([])
-            begins.clear()
-            finished = scheduler_seen = False
-        if isinstance(fact, _BEGINS):
-            begins[(type(fact), fact.rank.key())] += 1
-        finished = finished or isinstance(fact, _READY + _FAILURES)
-        scheduler_seen = scheduler_seen or not isinstance(fact, _NEUTRAL)
-        launches[-1].append(fact)
-    return [Launch(i, tuple(assign_roles(with_launch(f, i) for f in group)))
-            for i, group in enumerate((g for g in launches if g), start=1)]
+@attrs.frozen
+class Outline:
+    """What the report says of every launch, kept once its facts are let go."""
+
+    index: int
+    first_line: int
+    last_line: int
+    phase: str
+    failure: Optional[F.Fact]
+    ended_by: Optional[str] = None  # why the next launch began here (None for the last)
+
+    @classmethod
+    def of(cls, launch: Launch) -> "Outline":
+        return cls(launch.index, launch.first_line, launch.last_line, launch.phase, launch.failure)
+
+
+def phase_of(facts: Iterable[F.Fact]) -> str:
+    reached = [F.PHASES.index(f.PHASE) for f in facts if f.PHASE]
+    return F.PHASES[max(reached)] if reached else "init"
+
+
+_FINISHED = _READY + _FAILURES
+
+
+class LaunchSplitter:
+    """Facts in line order → launches, as they stream past, in memory that does not grow with
+    the number of launches: each launch is outlined when the next begins, and its facts are kept
+    only while it is the one to analyse — `wanted` (1-based), else the last of those that got
+    furthest — or all of them with `keep_all` (`capdiag facts`).
+
+    A new launch starts at a line that opens a start-up (_OPENERS) once per-rank lines have been
+    seen, or a second time (a start-up record of the same kind again, before any rank printed:
+    the first start-up got no further); or when a rank begins loading weights (or torch
+    distributed) again after the start-up finished or failed, or once more than its start-up
+    loads models: twice with a draft model (speculative decoding), once when server_args
+    states there is none. A line that repeats such a line word for word (one line printed
+    twice, by two log handlers or a paste) is read once; the repeat is named as unread. Facts
+    that are not a log's lines (`log=False`: a running server's endpoints, each stating what it
+    knows) repeat kinds by nature, and only the rules of the first paragraph split them.
+    """
+
+    def __init__(self, wanted: Optional[int] = None, keep_all: bool = False, log: bool = True):
+        self.wanted, self.keep_all, self.log = wanted, keep_all, log
+        self.outlines: list[Outline] = []
+        self.kept: list[Launch] = []
+        self._open()
+
+    def _open(self) -> None:
+        self.group: list[F.Fact] = []
+        self.begins: Counter = Counter()
+        self.said: dict[tuple, F.Fact] = {}  # the first opener or begin line of each kind and rank
+        self.loads = 2  # model loads a rank makes: target and draft, unless none is stated
+        self.finished = self.scheduler_seen = False
+
+    def add(self, fact: F.Fact) -> None:
+        opener, begin = isinstance(fact, _OPENERS), isinstance(fact, _BEGINS)
+        key = (type(fact), fact.rank.key())
+        said = self.said.get(key) if self.log and (opener or begin) else None
+        if self.group and ((opener and self.scheduler_seen) or (begin and self.finished)):
+            self._close(f"line {fact.evidence.line} starts another start-up")
+        elif said is not None and said.evidence.text == fact.evidence.text:
+            fact = F.UnreadLine(evidence=fact.evidence, rank=fact.rank,
+                                reason=f"{type(fact).__name__}: repeats line {said.evidence.line} word for word "
+                                       "(one line printed twice); read once")
+            opener = begin = False
+        elif self.group and opener and said is not None:
+            self._close(f"line {fact.evidence.line} opens another start-up record before any rank printed")
+        elif self.group and begin and self.begins[key] >= (self.loads if self.log else 2):
+            self._close(f"line {fact.evidence.line}: {fact.rank.label} begins loading again"
+                        + (" (server_args states no draft model)" if self.loads == 1 else ""))
+        if opener or begin:
+            self.said.setdefault(key, fact)
+        if begin:
+            self.begins[key] += 1
+        if isinstance(fact, F.ServerArgs) and "speculative_algorithm" in fact.fields:
+            self.loads = 1 if fact.fields["speculative_algorithm"] is None else 2
+        self.finished = self.finished or isinstance(fact, _FINISHED)
+        self.scheduler_seen = self.scheduler_seen or not isinstance(fact, _NEUTRAL)
+        self.group.append(fact)
+
+    def _close(self, ended_by: Optional[str] = None) -> None:
+        launch = Launch(len(self.outlines) + 1, tuple(self.group))
+        outline = attrs.evolve(Outline.of(launch), ended_by=ended_by)
+        self.outlines.append(outline)
+        if self.keep_all:
+            self.kept.append(launch)
+        elif self.wanted == launch.index if self.wanted is not None else (
+                not self.kept or F.PHASES.index(outline.phase) >= F.PHASES.index(self.outlines[self.kept[0].index - 1].phase)):
+            self.kept = [launch]
+        self._open()
+
+    @property
+    def kept_from(self) -> int:
+        """The first line of the launch kept, else of the one being read: no launch that ended
+        before it can be analysed any more."""
+        if self.keep_all:
+            return 0
+        if self.kept:
+            return self.kept[0].first_line
+        return self.group[0].evidence.line if self.group else 0
+
+    def finish(self, late: Iterable[F.Fact] = ()) -> tuple[list[Outline], list[Launch]]:
+        """The outline of every launch, and the launches kept, each with its roles assigned.
+        `late` are facts known only once the input has been read (the run-time traffic sums,
+        capdiag.traffic): each joins the launch its line falls in."""
+        if self.group:
+            self._close()
+        late = sorted(late, key=lambda f: f.evidence.line)
+        if late and self.outlines:
+            starts = [o.first_line for o in self.outlines]
+            joined: dict[int, list[F.Fact]] = {}
+            for fact in late:
+                joined.setdefault(max(bisect.bisect_right(starts, fact.evidence.line), 1), []).append(fact)
+            self.outlines = [attrs.evolve(o, last_line=max(o.last_line, joined[o.index][-1].evidence.line))
+                             if o.index in joined else o for o in self.outlines]
+            self.kept = [Launch(l.index, tuple(sorted(l.facts + tuple(joined.get(l.index, ())),
+                                                      key=lambda f: f.evidence.line))) for l in self.kept]
+        return self.outlines, [Launch(l.index, tuple(assign_roles(with_launch(f, l.index) for f in l.facts)))
+                               for l in self.kept]
 
 
 def assign_roles(facts: Iterable[F.Fact]) -> list[F.Fact]:
@@ -114,11 +214,3 @@ def assign_roles(facts: Iterable[F.Fact]) -> list[F.Fact]:
             pools_closed[rank] += 1
         out.append(fact if role == fact.role else attrs.evolve(fact, role=role))
     return out
-
-
-def pick_launch(launches: list[Launch], wanted: Optional[int]) -> Launch:
-    """The launch asked for, else the last of those that got furthest."""
-    if wanted is not None:
-        return launches[wanted - 1]
-    best = max(F.PHASES.index(l.phase) for l in launches)
-    return [l for l in launches if F.PHASES.index(l.phase) == best][-1]

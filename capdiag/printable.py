@@ -29,13 +29,18 @@ def printable(text: str) -> str:
 
 
 def printable_data(value: Any) -> Any:
-    """A report, verdict or plan (dicts, lists, tuples, strings) with every string printable."""
+    """A report, verdict or plan (dicts, lists, tuples, strings) with every string printable.
+    What holds nothing to escape is handed back as it is, not copied (a report of 10,000 ranks
+    would be held twice)."""
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, dict):
-        return {printable_data(k): printable_data(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [printable_data(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(printable_data(v) for v in value)
+        pairs = [(printable_data(k), printable_data(v)) for k, v in value.items()]
+        same = all(k is old_k and v is old_v for (k, v), (old_k, old_v) in zip(pairs, value.items()))
+        return value if same else dict(pairs)
+    if isinstance(value, (list, tuple)):
+        items = [printable_data(v) for v in value]
+        if all(new is old for new, old in zip(items, value)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
     return value

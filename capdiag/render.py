@@ -6,7 +6,7 @@ import csv
 import io
 import json
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from capdiag import bars, timeseries
 from capdiag.cache import cache_dir
@@ -71,11 +71,30 @@ def _env() -> "jinja2.Environment":
 def render(report: dict[str, Any], fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> str:
     """The report in `fmt`. The text report is wrapped to `width` columns (log lines quoted in
     it are cut to one line); `color` paints its bars and severities with ANSI colours."""
+    return "".join(render_pieces(report, fmt, color, width))
+
+
+JSON_PIECE = 1 << 16  # characters of JSON handed out at a time
+
+
+def render_pieces(report: dict[str, Any], fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> Iterator[str]:
+    """render() a piece at a time, for writing as it goes: the JSON report is encoded as it is
+    written, never held whole (for 10,000 ranks it is tens of MB, and json.dumps with an
+    indent holds every one of its millions of fragments in a list before joining them)."""
     report = printable_data(report)
-    if fmt == "json":
-        return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    text = _env().get_template(f"{fmt}.j2").render(r=report, color=color, width=width)
-    return for_terminal(text, width, color) if fmt == "text" else text
+    if fmt != "json":
+        text = _env().get_template(f"{fmt}.j2").render(r=report, color=color, width=width)
+        yield for_terminal(text, width, color) if fmt == "text" else text
+        return
+    held: list[str] = []
+    size = 0
+    for fragment in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(report):
+        held.append(fragment)
+        size += len(fragment)
+        if size >= JSON_PIECE:
+            yield "".join(held)
+            held, size = [], 0
+    yield "".join(held) + "\n"
 
 
 def render_trace(rows: list[dict[str, Any]], width: int = DEFAULT_WIDTH) -> str:

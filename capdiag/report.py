@@ -196,7 +196,8 @@ def build(a: Analysis) -> dict[str, Any]:
                    "all_launches": [{"launch": l.index, "first_line": l.first_line, "last_line": l.last_line,
                                      "phase_reached": l.phase,
                                      "failure": None if l.failure is None else {"line": l.failure.evidence.line,
-                                                                                "text": l.failure.evidence.text}}
+                                                                                "text": l.failure.evidence.text},
+                                     "ended_by": l.ended_by}
                                     for l in a.launches]},
         "inputs": sorted({name for f in kb.facts for kind, name in ((F.SmiGpu, "nvidia-smi"),
                                                                      (F.ModelConfig, "config.json"),

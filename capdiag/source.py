@@ -128,7 +128,8 @@ def _newlines(block: bytes, read: int) -> int:
 BATCH = 4096  # lines put in one block when they come one by one
 
 # (never across a newline: the prefilter strips it from a block of lines)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\n]*\x07")
+# CSI (colours, cursor moves) and OSC (window title, hyperlinks), the OSC ended by BEL or by ST (`ESC \`)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
 _ANSI_BYTES = re.compile(_ANSI.pattern.encode())
 # What a host, a container runtime or a paste puts in front of the server's own line, outermost
 # first; each is removed at most once, in this order. The one place that knows them.
@@ -256,11 +257,12 @@ def open_log(log: LogInput) -> tuple[IO[bytes], str, bool]:
 
 
 def open_input(path: str) -> IO[bytes]:
-    """Open a path, `-` (stdin) or a .gz file for binary reading; InputError on failure."""
+    """Open a path or `-` (stdin) for binary reading, decompressed when it is gzip data (told by
+    its magic bytes, not its name: a .gz piped in is read too); InputError on failure."""
     if path == "-":
         if sys.stdin is None:
             raise InputError("standard input is closed")
-        return sys.stdin.buffer
+        return _stdin(sys.stdin.buffer)
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not a log file")
     try:
@@ -270,13 +272,78 @@ def open_input(path: str) -> IO[bytes]:
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
     try:
-        head = fh.peek(4)[:2] if hasattr(fh, "peek") else b""
+        head = fh.peek(len(_GZIP_MAGIC))[:len(_GZIP_MAGIC)]
     except OSError as exc:
         fh.close()
         raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-    if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
-    return fh
+    return _Gunzip(fh, path) if head == _GZIP_MAGIC else fh
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _stdin(fh: IO[bytes]) -> IO[bytes]:
+    """Standard input, its first bytes read to tell gzip data. They are taken out of the
+    stream's buffer whole (read1: what has arrived, never waiting for more than some), because
+    a live pipe is then read from its descriptor, past that buffer."""
+    head = b""
+    try:
+        while len(head) < len(_GZIP_MAGIC) and (piece := fh.read1(CHUNK)):
+            head += piece
+    except OSError as exc:
+        raise InputError(f"standard input cannot be read ({exc.strerror or exc})") from None
+    stream = _Prefixed(head, fh)
+    return _Gunzip(stream, "standard input") if head.startswith(_GZIP_MAGIC) else stream
+
+
+class _Prefixed:
+    """A stream with the bytes already read from it put back in front."""
+
+    def __init__(self, head: bytes, stream: IO[bytes]):
+        self.head, self.stream = head, stream
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            head, self.head = self.head, b""
+            return head + self.stream.read()
+        head, self.head = self.head[:size], self.head[size:]
+        return head + self.stream.read(size - len(head)) if len(head) < size else head
+
+    def take_head(self) -> bytes:
+        head, self.head = self.head, b""
+        return head
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class _Gunzip:
+    """gzip data decompressed (members one after another, trailing NUL padding ignored, as
+    gunzip does). Bytes after the last member that are no gzip member are refused, like a
+    truncated or corrupt file: the file is not what it claims to be (`gunzip -c FILE |
+    capdiag explain` reads the part before them: gunzip warns and decompresses it). No
+    fileno(): what it reads is not the descriptor's bytes, so it is read like a file, never as
+    a live pipe."""
+
+    def __init__(self, fh: IO[bytes], name: str):
+        self.fh, self.gz, self.name = fh, gzip.GzipFile(fileobj=fh), name
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.gz.read(size)
+        except gzip.BadGzipFile as exc:
+            # the first member's magic was checked before: this is what follows the last one
+            if str(exc).startswith("Not a gzipped file"):
+                raise InputError(f"{self.name}: not a whole gzip file: data that is not gzip follows its compressed "
+                                 "stream (trailing garbage); `gunzip -c` decompresses the part before it") from None
+            raise
+
+    def close(self) -> None:
+        self.gz.close()  # leaves the file it read alone
+        self.fh.close()
 
 
 IDLE_S = 0.25  # a live stream that sends nothing for this long has paused
@@ -290,8 +357,12 @@ class LiveStream:
     A regular file has no pauses to wait for: after `finish()` it ends at once."""
 
     def __init__(self, stream: IO[bytes]):
-        self.stream, self.fd, self.deadline = stream, stream.fileno(), None
-        self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
+        self.stream, self.deadline = stream, None
+        try:
+            self.fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # no descriptor of its own (decompressed, in memory)
+            self.fd = None
+        self.regular = self.fd is None or stat.S_ISREG(os.fstat(self.fd).st_mode)
 
     @staticmethod
     def wanted(stream: IO[bytes]) -> bool:
@@ -311,6 +382,8 @@ class LiveStream:
             return b""
         if self.regular:
             return self.stream.read(size)
+        if isinstance(self.stream, _Prefixed) and self.stream.head:  # read before the descriptor was
+            return self.stream.take_head()
         if not select.select([self.fd], [], [], IDLE_S)[0]:
             return b"" if self.deadline is not None else None
         return os.read(self.fd, size)
@@ -662,7 +735,7 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
                 pending = None
             continue
         starts = _hit_starts(block)
-        cursor, number, fed = 0, first - 1, 0
+        cursor, number, fed, fed_line = 0, first - 1, 0, first
         while cursor < len(block):
             if pending is None:  # nothing held: skip to the next line with a keyword
                 at = bisect.bisect_left(starts, cursor)
@@ -710,22 +783,24 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
                 spans = 0
                 if _RECORD.search(text):
                     if traffic is not None:
-                        fed = _feed_traffic(traffic, first, block, fed, line_start)
+                        _feed_traffic(traffic, fed_line, block, fed, line_start)
+                        fed, fed_line = line_start, number
                         traffic.restart(number)
                     pending, record, last_piece, brackets = line, True, raw, None
                 else:  # held one line: it may continue on the next (soft or hard wrap)
                     pending, record, spans, command = line, False, 0, bool(_COMMAND.search(text))
         if traffic is not None:
-            _feed_traffic(traffic, first, block, fed, len(block))
+            _feed_traffic(traffic, fed_line, block, fed, len(block))
     if pending is not None:
         yield pending
 
 
-def _feed_traffic(traffic, first: int, block: bytes, start: int, stop: int) -> int:
-    """Hand block[start:stop] to the traffic sink, numbered and without ANSI codes; returns stop."""
+def _feed_traffic(traffic, line: int, block: bytes, start: int, stop: int) -> None:
+    """Hand block[start:stop], whose first line is number `line`, to the traffic sink without
+    ANSI codes. (The number is carried, not counted from the block's start: a block holding
+    many start-up records would be counted over once per record.)"""
     if stop > start:
         piece = block if (start, stop) == (0, len(block)) else block[start:stop]
         if b"\x1b" in piece:
             piece = _ANSI_BYTES.sub(b"", piece)
-        traffic.feed(first + block.count(b"\n", 0, start), piece)
-    return stop
+        traffic.feed(line, piece)

@@ -11,6 +11,7 @@ and start-up, and the few TrafficMark lines a finding cites.
 """
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from typing import Optional
@@ -229,12 +230,25 @@ class TrafficAggregator:
 
     def __init__(self) -> None:
         self.segments: list[dict[tuple, _Rank]] = [{}]
+        self.starts: list[int] = [0]  # the line each segment's start-up record is on
         self.framework: Optional[str] = None  # once one's traffic is seen, the other's is not looked for
 
     def restart(self, line: int) -> None:
-        """A start-up record begins at `line`: later traffic belongs to that start-up."""
+        """A start-up record begins at `line`: later traffic belongs to that start-up. The
+        ended start-up's ranks cite their last line now and let go of the block they kept
+        for it (a log of 20,000 restarts would hold a block each)."""
         if self.segments[-1]:
+            for rank in self.segments[-1].values():
+                rank.close()
             self.segments.append({})
+            self.starts.append(line)
+
+    def forget_before(self, line: int) -> None:
+        """Drop the sums of start-ups that ended before `line` (no launch from there on is
+        analysed); the one in progress at `line` stays."""
+        keep = max(bisect.bisect_right(self.starts, line) - 1, 0)
+        if keep:
+            del self.segments[:keep], self.starts[:keep]
 
     def feed(self, first: int, block: bytes) -> None:
         seen = self.framework

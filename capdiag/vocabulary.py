@@ -33,7 +33,8 @@ DEFAULT_TOKEN_LENGTHS = (4096, 6144, 8192)
 # The printed KV sizes carry two decimals of GiB (SGLang's "GB" is GiB; vLLM's GiB): ± half of that.
 PRINTED_GIB_ROUNDING = 0.005
 
-_ELEMENT = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
+_ELEMENT = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+            "bf16 or fp16": 2}  # the last: a width read from the log (kv-pool.dtype)
 
 
 def element_size(dtype: Optional[str]) -> Optional[float]:

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from capdiag.analysis import analyse
+from capdiag.api import Report
+from capdiag.report import build
 from capdiag.engine import Knowledge
 from capdiag import facts as F
 from capdiag.source import MAX_JOINED, candidate_lines
@@ -322,6 +324,108 @@ def test_a_failed_output_write_keeps_the_old_file(tmp_path):
     assert ok.returncode == 0 and json.loads(target.read_text())["framework"] == "sglang"
 
 
+# ---- .gz edge cases ---------------------------------------------------------------------------
+
+def test_a_gz_with_trailing_garbage_is_refused_in_one_line(tmp_path):
+    import gzip
+    path = tmp_path / "trailing.log.gz"
+    path.write_bytes(gzip.compress(TEXT.encode()) + b"garbage after the gzip stream\n")
+    done = _run(["explain", str(path)])
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"capdiag: error: {path}: not a whole gzip file: data that is not gzip "
+                                        "follows its compressed stream (trailing garbage); `gunzip -c` "
+                                        "decompresses the part before it"]
+    piped = _run(["explain", "-"], input=None, stdin=open(path, "rb"))
+    assert piped.returncode == 2 and "standard input: not a whole gzip file" in piped.stderr
+
+
+def test_a_gz_padded_with_nuls_or_of_several_members_is_read_as_gunzip_reads_it(tmp_path):
+    import gzip
+    data = TEXT.encode()
+    padded = tmp_path / "padded.log.gz"
+    padded.write_bytes(gzip.compress(data) + b"\0" * 512)
+    members = tmp_path / "members.log.gz"
+    members.write_bytes(gzip.compress(data[:2000]) + gzip.compress(data[2000:]))
+    for path in (padded, members):
+        assert analyse(str(path)).knowledge.value("kv_pool", "tokens") == 415615
+
+
+def test_a_gz_piped_to_stdin_is_decompressed(tmp_path, monkeypatch, capsys):
+    import gzip
+    path = tmp_path / "piped.log.gz"
+    path.write_bytes(gzip.compress(TEXT.encode()))
+    for args in (["explain", "-", "--format", "json"], ["explain", "--format", "json", "--until-ready"]):
+        with open(path, "rb") as stdin:  # a real pipe's descriptor: the live-stream path
+            done = _run(args, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["source"]["lines"] == 27 and report["observed"]["kv_tokens"] == 415615
+    # in process, standard input without peek() (click's runner gives a BytesIO)
+    from click.testing import CliRunner
+    from capdiag.cli import main
+    result = CliRunner().invoke(main, ["explain", "-", "--format", "json"], input=path.read_bytes())
+    assert result.exit_code == 0 and json.loads(result.output)["observed"]["kv_tokens"] == 415615
+
+
+def test_an_osc_sequence_ended_by_st_is_stripped_where_the_line_is_read():
+    from capdiag.source import line_text
+    raw = "\x1b]0;title by ST\x1b\\\x1b]8;;http://x\x1b\\[2026-03-02 09:14:16] Load weight begin. avail mem=78.43 GB" \
+          "\x1b]2;bell\x07"
+    assert line_text(raw.encode()) == "[2026-03-02 09:14:16] Load weight begin. avail mem=78.43 GB"
+    # an OSC left open runs to the end of the line and is not stripped: printable() shows its ESC
+    assert line_text(b"a \x1b]0;open") == "a \x1b]0;open"
+
+
+# ---- duplicate per-rank lines -------------------------------------------------------------------
+
+def _lines_with(index: int, extra: str) -> str:
+    """The example log with `extra` put in after its line `index` (1-based)."""
+    lines = TEXT.splitlines()
+    return "\n".join(lines[:index] + [extra] + lines[index:]) + "\n"
+
+
+@pytest.mark.parametrize("repeated", [1, 5], ids=["server_args", "load-weight-begin"])
+def test_a_line_printed_twice_is_read_once_and_named(repeated, tmp_path):
+    lines = TEXT.splitlines()
+    a = analyse(_log(tmp_path, _lines_with(repeated, lines[repeated - 1])))
+    assert len(a.launches) == 1 and a.launch.phase == "ready"
+    unread = [f for f in a.launch.facts if isinstance(f, F.UnreadLine)]
+    assert [(f.evidence.line, f.reason.split(": ", 1)[1]) for f in unread] == [
+        (repeated + 1, f"repeats line {repeated} word for word (one line printed twice); read once")]
+    assert a.knowledge.value("config", "mem_fraction_static") == 0.838
+    assert a.knowledge.value("kv_pool", "tokens") == 415615
+    report = json.loads(Report(build(a), a).to_json())
+    assert report["source"]["unread_lines"] == [{"line": repeated + 1, "reason": unread[0].reason}]
+
+
+def test_a_second_start_up_record_before_any_rank_printed_is_a_restart(tmp_path):
+    first = TEXT.splitlines()[0].replace("mem_fraction_static=0.838", "mem_fraction_static=0.9").replace(
+        "09:14:07", "09:13:01")
+    a = analyse(_log(tmp_path, first + "\n" + TEXT))
+    assert [(l.index, l.first_line, l.last_line, l.phase) for l in a.launches] == [(1, 1, 1, "init"), (2, 2, 28, "ready")]
+    assert a.launches[0].ended_by == "line 2 opens another start-up record before any rank printed"
+    assert a.launch.index == 2 and a.knowledge.value("config", "mem_fraction_static") == 0.838
+
+
+def test_a_rank_loading_weights_again_without_a_draft_model_is_a_restart(tmp_path, monkeypatch, capsys):
+    again = "[2026-03-02 09:15:02] Load weight begin. avail mem=78.40 GB"
+    text = _lines_with(12, again)  # after Load weight end, before the KV pool: no draft is stated
+    assert "speculative_algorithm=None" in text
+    a = analyse(_log(tmp_path, text))
+    assert [(l.first_line, l.phase) for l in a.launches] == [(1, "weights"), (13, "ready")]
+    ended = "line 13: untagged (TP0) begins loading again (server_args states no draft model)"
+    assert a.launches[0].ended_by == ended and a.launch.index == 2
+    assert [f.avail_gib for f in a.launch.facts if isinstance(f, F.LoadWeightBegin)] == [78.40]
+    code, out, err = run_entry(monkeypatch, capsys, "explain", _log(tmp_path, text), "--no-color")
+    _clean_exit(code, out, err, allowed=(0,))
+    assert f"launch 1: lines 1–12, reached weights; ended: {ended}" in " ".join(out.split())
+    # with a draft model stated, the second load is the draft's, in the same launch
+    spec = _sub(text, "speculative_algorithm=None", "speculative_algorithm='EAGLE'")
+    b = analyse(_log(tmp_path, spec, "spec.log"))
+    assert len(b.launches) == 1
+    assert [f.role for f in b.launch.facts if isinstance(f, F.LoadWeightBegin)] == ["target", "draft"]
+
+
 # ---- unbounded work ----------------------------------------------------------------------------
 
 def test_soft_wrapped_lines_join_within_a_bound():
@@ -395,6 +499,43 @@ def test_an_unstated_kv_dtype_stays_unknown(tmp_path):
     assert stated.knowledge.value("kv_pool", "dtype") == "torch.bfloat16"
 
 
+LLAMA_8B = REPO / "tests" / "plan_configs" / "llama-3.1-8b.json"  # 32 layers, 8 KV heads, head_dim 128
+
+
+def _unstated_dtype(tmp_path, k_gib: str, tokens: int = 415615, v_gib: str = "") -> str:
+    text = _sub(TEXT, "kv_cache_dtype='auto', ", "")
+    return _log(tmp_path, _sub(text, "#tokens: 415615, K size: 25.37 GB, V size: 25.37 GB",
+                               f"#tokens: {tokens}, K size: {k_gib} GB, V size: {v_gib or k_gib} GB"))
+
+
+@pytest.mark.parametrize("k_gib, dtype, width", [("12.69", "fp8", 1), ("25.37", "bf16 or fp16", 2)])
+def test_an_unstated_kv_dtype_is_read_from_the_bytes_per_token_with_config_json(k_gib, dtype, width, tmp_path):
+    a = analyse(_unstated_dtype(tmp_path, k_gib), config_json=str(LLAMA_8B))
+    found = a.knowledge.get("kv_pool", "dtype")
+    assert found.known and found.value == dtype and found.detail == {"inferred": True}
+    # 8 KV heads × (128 + 128) × 32 layers = 65,536 elements a token
+    assert f"= 8 × (128 + 128) × 32 layers × {width} B = {65536 * width} B fits the log's " in found.formula
+    assert found.formula.endswith(f"; only {width} B an element does")
+    cited = {type(p).__name__ for p in found.premises}
+    assert "ModelConfig" in cited and any(getattr(p, "key", None) == "bytes_per_token" for p in found.premises)
+    theory = a.knowledge.get("kv_pool", "theoretical_bytes_per_token")
+    assert theory.value == 65536 * width
+    assert (a.knowledge.get("finding", "fp8-kv-opportunity") is not None) == (width == 2)
+    # without config.json the width has nothing to be read against: unknown, as before
+    assert not analyse(_unstated_dtype(tmp_path, k_gib)).knowledge.get("kv_pool", "dtype").known
+
+
+def test_a_kv_width_that_the_printed_rounding_cannot_tell_stays_unknown(tmp_path):
+    # 0.01 GiB over 20,000 tokens: 268–805 B a token, where 65,536 elements fit no width
+    a = analyse(_unstated_dtype(tmp_path, "0.01", tokens=20000), config_json=str(LLAMA_8B))
+    found = a.knowledge.get("kv_pool", "dtype")
+    assert not found.known and "no width of 1, 2 or 4 B" in found.value.reason
+    # a pool printed so coarsely that 1 and 2 bytes both fit its rounding (0.01 GiB over 109 tokens: 49,258–147,774 B)
+    b = analyse(_unstated_dtype(tmp_path, "0.01", tokens=109, v_gib="0.00"), config_json=str(LLAMA_8B))
+    unsure = b.knowledge.get("kv_pool", "dtype")
+    assert not unsure.known and "1 B and 2 B all fit" in unsure.value.reason
+
+
 # ---- output injection --------------------------------------------------------------------------
 
 HOSTILE = ("\x1b]0;owned\x07\x1b]2;t\x1b\\\x1b[2J\x1b[1;1H\r\r<img src=x onerror=alert(1)>\b\b\x9b31m"
@@ -431,6 +572,25 @@ def test_explain_outputs_carry_no_control_character_or_markup(fmt, tmp_path, mon
         assert "<img" not in out
     if fmt == "markdown":
         assert not _markup_outside_code(out)
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_unread_lines_are_shown_escaped_in_every_report_format(fmt, tmp_path, monkeypatch, capsys):
+    key = "<img src=x onerror=alert(1)>\x1b[2J"
+    log = _log(tmp_path, f"[2026-03-02 09:14:07] server_args={{'model_path': 'm', 'tp_size': 1, '{key}': 1e400}}\n"
+                         + "\n".join(TEXT.splitlines()[2:]).replace("#tokens: 415615", "#tokens: " + "9" * 5000) + "\n")
+    code, out, err = run_entry(monkeypatch, capsys, "explain", log, "--format", fmt, "--no-color")
+    _clean_exit(code, out, err, allowed=(0,))
+    _no_control(out)
+    shown = [l for l in out.splitlines() if "Not read" in l]
+    assert len(shown) == 2, shown
+    assert "line 12" in shown[1] and "a number of 5000 digits" in shown[1]
+    assert "entries with a number out of range not read" in shown[0]
+    if fmt == "markdown":
+        assert not _markup_outside_code(out) and "&lt;img src=x" in shown[0]
+    if fmt == "html":
+        assert "<img" not in out
+        assert '<a href="#L1">line 1</a>' in shown[0] and "&lt;img src=x" in shown[0]
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "sarif", "junit", "github"])

@@ -11,6 +11,10 @@ KINDS: tuple[type[base.Fact], ...] = tuple(
 
 # the source's prefilter: a line holding none of these (in any case) is never parsed
 KEYWORDS: tuple[str, ...] = tuple(dict.fromkeys(k for cls in KINDS for k in cls.KEYWORDS))
+# the keywords of the traceback grammar's kinds (failures.py): a line holding no other keyword
+# is offered to that grammar alone
+TRACEBACK_KEYWORDS: tuple[str, ...] = tuple(dict.fromkeys(
+    k for cls in KINDS if cls.__module__ == failures.__name__ for k in cls.KEYWORDS))
 
 
 def kinds_where(flag: str, value=True) -> tuple[type[base.Fact], ...]:

@@ -9,6 +9,7 @@ import functools
 
 from typing import Iterable, Iterator, Optional
 
+import ahocorasick_rs
 import attrs
 from lark.exceptions import VisitError
 
@@ -18,15 +19,26 @@ from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.sglang import parse_sglang_line
 from capdiag.parsing.traceback import parse_traceback_line
 from capdiag.parsing.vllm import parse_vllm_line
+from capdiag.facts.kinds import KEYWORDS, TRACEBACK_KEYWORDS
 from capdiag.source import Line, process_pid, ray_repeats
 
 FRAMEWORKS = ("sglang", "vllm")
+
+
+# The keywords of the frameworks' own line kinds: a line holding none of them (only a traceback
+# word: a warning naming an exception, a timeout) is no SGLang or vLLM line kind, and is not
+# handed to their parsers, whose failing on a line costs ~100 times this search.
+_LINE_KINDS = ahocorasick_rs.BytesAhoCorasick(sorted({k.lower().encode() for k in KEYWORDS} -
+                                                     {k.lower().encode() for k in TRACEBACK_KEYWORDS}))
 
 
 def _parse(text: str, framework: Optional[str]) -> list[Parsed]:
     """The facts of a line: its framework's kind, and the traceback piece it also is (the last
     line of a traceback is often a kind of its own too: `ValueError: No available memory …`)."""
     found: list[Parsed] = []
+    if not _LINE_KINDS.find_matches_as_indexes(text.encode("utf-8", "surrogatepass").lower()):
+        piece = parse_traceback_line(text)
+        return [piece] if piece is not None else found
     if framework != "vllm":
         parsed = parse_sglang_line(text)
         if parsed is not None:
@@ -53,18 +65,26 @@ def _optional(cls: type) -> frozenset:
     return frozenset(a.name for a in attrs.fields(cls) if a.default is None)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _shared(rank: F.Rank) -> F.Rank:
+    """One Rank object for all the lines of a rank (10,000 ranks print ~10 lines each), its
+    tags checked once."""
+    if not rank_in_range(attrs.asdict(rank)):
+        raise OutOfRange(f"rank tag {rank.label} is out of range")
+    return rank
+
+
 def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
     out: list[F.Fact] = []
     for parsed in _parse(line.text, framework):
         values, notes = check_values(parsed.values, _optional(parsed.cls))
-        if not rank_in_range(attrs.asdict(parsed.rank)):
-            raise OutOfRange(f"rank tag {parsed.rank.label} is out of range")
+        rank = _shared(parsed.rank)
         role = values.pop("_role", None)
         extra = {"role": role, "role_stated": True} if role else {}
         evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to, repeated=ray_repeats(line.raw),
                               pid=process_pid(line.text))
-        out.append(parsed.cls(evidence=evidence, rank=parsed.rank, **values, **extra))
-        out.extend(F.UnreadLine(evidence=evidence, rank=parsed.rank, reason=f"{parsed.cls.__name__}: {note}")
+        out.append(parsed.cls(evidence=evidence, rank=rank, **values, **extra))
+        out.extend(F.UnreadLine(evidence=evidence, rank=rank, reason=f"{parsed.cls.__name__}: {note}")
                    for note in notes)
     return out
 
@@ -94,22 +114,27 @@ def framework_of(fact: F.Fact) -> Optional[str]:
     return type(fact).FRAMEWORK
 
 
-def detect_framework(facts: Iterable[F.Fact]) -> Optional[str]:
-    """The framework whose own line kinds the log holds most of; for a log that holds none (a
-    traceback alone), the one whose source files its frames run through."""
-    counts = {name: 0 for name in FRAMEWORKS}
-    frames = {name: 0 for name in FRAMEWORKS}
-    for fact in facts:
+class FrameworkVotes:
+    """The framework whose own line kinds a log holds most of, counted as its facts stream past;
+    for a log that holds none (a traceback alone), the one whose source files its frames run
+    through."""
+
+    def __init__(self) -> None:
+        self.counts = {name: 0 for name in FRAMEWORKS}
+        self.frames = {name: 0 for name in FRAMEWORKS}
+
+    def add(self, fact: F.Fact) -> None:
         name = framework_of(fact)
         if name:
-            counts[name] += 1
+            self.counts[name] += 1
         elif isinstance(fact, F.TracebackFrame):
             for candidate in FRAMEWORKS:
-                frames[candidate] += f"/{candidate}/" in fact.path
-    if max(counts.values()) == 0:
-        counts = frames
-    best = max(counts.values())
-    return None if best == 0 else max(FRAMEWORKS, key=lambda n: counts[n])
+                self.frames[candidate] += f"/{candidate}/" in fact.path
+
+    def winner(self) -> Optional[str]:
+        counts = self.counts if max(self.counts.values()) else self.frames
+        best = max(counts.values())
+        return None if best == 0 else max(FRAMEWORKS, key=lambda n: counts[n])
 
 
 def worker_ranks(facts: list[F.Fact]) -> list[F.Fact]:

@@ -51,12 +51,8 @@ def theoretical(kb):
                       Unknown("the KV element size is unknown (dtype not stated, or fp4 with block scales)"),
                       "kv-pool.theoretical", (model,) + ((dtype_d,) if dtype_d else ()))
         return
-    tp = kb.value("config", "tp_size") or 1
-    pp = kb.value("config", "pp_size") or 1
-    dp = kb.value("config", "dp_size") or 1
-    attn_tp = tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp
     premises = tuple(p for p in (model, dtype_d, kb.get("config", "tp_size")) if p is not None)
-    cell = kv_cell(cfg, elem, attn_tp, pp)
+    cell = kv_cell(cfg, elem, *_split(kb))
     if cell is None:
         yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
             "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"),
@@ -67,6 +63,14 @@ def theoretical(kb):
                "layers": cell.layers})
     yield Derived("kv_pool", "theoretical_bytes_per_token", cell.bytes, "kv-pool.theoretical", premises, cell.formula,
                   detail)
+
+
+def _split(kb) -> tuple[int, int]:
+    """(attention ranks a layer's heads are split over, pipeline stages)."""
+    tp = kb.value("config", "tp_size") or 1
+    pp = kb.value("config", "pp_size") or 1
+    dp = kb.value("config", "dp_size") or 1
+    return (tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp), pp
 
 
 def model_dtype(kb) -> Optional[tuple[F.Fact, str, str]]:
@@ -84,7 +88,9 @@ def model_dtype(kb) -> Optional[tuple[F.Fact, str, str]]:
 
 
 @rule("kv-pool.dtype",
-      reads=(F.KVCacheAllocated, F.KVCacheDtype, F.LoadWeightEnd, F.VllmEngineConfig, F.ModelConfig, "config:kv_cache_dtype"),
+      reads=(F.KVCacheAllocated, F.KVCacheDtype, F.LoadWeightEnd, F.VllmEngineConfig, F.ModelConfig, "config:kv_cache_dtype",
+             "kv_pool:bytes_per_token?", "config:tp_size?", "config:pp_size?", "config:dp_size?",
+             "config:enable_dp_attention?"),
       concludes=("kv_pool:dtype",))
 def kv_dtype(kb):
     """What it concludes: `kv_pool.dtype`: the KV cache's element type.
@@ -92,7 +98,9 @@ def kv_dtype(kb):
     How: The KV element type in use: what the log's KV lines print, else the configured
     kv_cache_dtype, else — for a stated `auto` — the model's dtype (the weight-load line, vLLM's
     engine config, or config.json). A log that states neither leaves it unknown: `auto` is never
-    assumed.
+    assumed. With config.json, the width is then read from the log's own bytes per token
+    instead: the one of 1, 2 or 4 bytes whose cell falls inside the printed rounding of that
+    figure, when exactly one does.
 
     Example: `KV Cache is allocated. dtype: torch.bfloat16, #tokens: 415615`, or
     `kv_cache_dtype='auto'` with `Load weight end. … dtype=torch.bfloat16`."""
@@ -106,8 +114,7 @@ def kv_dtype(kb):
         yield Derived("kv_pool", "dtype", configured.value, "kv-pool.dtype", (configured,), "configured kv_cache_dtype")
         return
     if configured is None or not configured.known:  # `auto` is a setting the log must state, not a default to assume
-        yield Derived("kv_pool", "dtype", Unknown("the log prints no KV dtype and states no kv_cache_dtype"),
-                      "kv-pool.dtype", ())
+        yield _by_width(kb, "the log prints no KV dtype and states no kv_cache_dtype")
         return
     found = model_dtype(kb)
     if found is not None:
@@ -115,10 +122,48 @@ def kv_dtype(kb):
         premises = (fact,) + ((configured,) if configured is not None else ())
         yield Derived("kv_pool", "dtype", dtype, "kv-pool.dtype", premises, f"auto: {what}")
         return
+    if kb.first(F.ModelConfig, role=None) is not None:
+        yield _by_width(kb, "no KV dtype printed or configured, and config.json names no dtype")
+
+
+# A KV dtype told only by its width (no KV cache of SGLang or vLLM is 1 byte wide but fp8's)
+_BY_WIDTH = {1: "fp8", 2: "bf16 or fp16", 4: "fp32"}
+
+
+def _by_width(kb, unstated: str) -> Derived:
+    """The KV dtype by its width: the log's bytes per token over config.json's elements per
+    token, when exactly one of 1, 2 and 4 bytes fits the printed rounding (and the pool's
+    padding page, as kv-pool.compare allows); else unknown, saying why."""
     model = kb.first(F.ModelConfig, role=None)
-    if model is not None:
-        yield Derived("kv_pool", "dtype", Unknown("no KV dtype printed or configured, and config.json names no dtype"),
-                      "kv-pool.dtype", (model,))
+    if model is None:  # (the bytes per token not even read: nothing to read them against)
+        return Derived("kv_pool", "dtype", Unknown(unstated), "kv-pool.dtype", ())
+    log = kb.get("kv_pool", "bytes_per_token")
+    if log is None or not log.known or not log.value:
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; the log prints no KV size and token count to read "
+                                                   "its width from"), "kv-pool.dtype", (model,))
+    cfg = model.fields
+    why = ("DeepSeek-V4 compresses KV: no per-token cell" if _is_compressed_swa(cfg) else
+           "DSA's cell holds fp8 scales and an indexer row, not a whole number of elements"
+           if cfg.get("kv_lora_rank") and cfg.get("index_head_dim") else None)
+    cells = {} if why else {w: kv_cell(cfg, w, *_split(kb)) for w in _BY_WIDTH}
+    if not why and None in cells.values():
+        why = "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"
+    if why:
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; no width to read: {why}"), "kv-pool.dtype",
+                       (model, log))
+    low, high = log.detail.get("low", log.value), log.detail.get("high", log.value)
+    fits = [w for w, cell in cells.items() if low / 1.002 <= cell.bytes <= high * 1.002]
+    band = f"{log.value} B a token (printed rounding {low}–{high} B)"
+    if len(fits) != 1:
+        elements = cells[1].bytes
+        why = (f"{' and '.join(f'{w} B' for w in fits)} all fit" if fits else
+               f"{log.value / elements:.3g} B an element, no width of 1, 2 or 4 B")
+        return Derived("kv_pool", "dtype", Unknown(f"{unstated}; the log's {band} over config.json's {elements} "
+                                                   f"elements a token: {why}"), "kv-pool.dtype", (model, log))
+    cell = cells[fits[0]]
+    return Derived("kv_pool", "dtype", _BY_WIDTH[fits[0]], "kv-pool.dtype", (model, log),
+                   f"by width: config.json's cell {cell.formula} = {cell.bytes} B fits the log's {band}; only "
+                   f"{fits[0]} B an element does", {"inferred": True})
 
 
 @rule("kv-pool.compare",

@@ -1,0 +1,126 @@
+"""Work and memory linear in the input (issue 14), checked by structure and counts, not by
+timing: lines that differ only in their rank tag share one parse; a line with no traceback
+word never reaches the traceback parser; a launch's facts are let go once another is the one
+to analyse, and so is its traffic; the JSON report is written a piece at a time. Inputs are
+real-format logs from tests/scale_logs.py, at sizes CI runs in seconds (benchmarks/bench_scale.py
+runs them at full size)."""
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+import scale_logs
+from capdiag import facts as F
+from capdiag.analysis import analyse, read_launches
+from capdiag.api import explain
+from capdiag.parsing import sglang, traceback
+from capdiag.render import JSON_PIECE, render_pieces
+from capdiag.traffic import TrafficAggregator
+
+
+def _log(tmp_path, name: str, lines) -> str:
+    path = tmp_path / name
+    scale_logs.write(path, lines)
+    return str(path)
+
+
+class _Calls:
+    def __init__(self, monkeypatch, module, name):
+        self.n, original = 0, getattr(module, name)
+
+        def counted(*args, **kwargs):
+            self.n += 1
+            return original(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+
+
+def test_two_thousand_ranks_share_their_parses_and_are_all_reported(tmp_path, monkeypatch):
+    log = _log(tmp_path, "ranks.log", scale_logs.many_ranks(2000))
+    sglang._parse_body.cache_clear()
+    parses = _Calls(monkeypatch, sglang, "_parse")  # the Lark parse of a line's body
+    lark_tracebacks = _Calls(monkeypatch, traceback, "_Lines")  # a traceback parse that succeeded
+    report = explain(log).to_dict()
+    per_rank = len(scale_logs._per_rank())
+    # one parse per distinct body (the per-rank kinds, the record, the main process's lines), not per rank
+    assert parses.n <= per_rank + 10, parses.n
+    assert lark_tracebacks.n == 0
+    assert len(report["ranks"]) == 2000 and report["source"]["launches"] == 1
+    assert {r["label"] for r in report["ranks"]} == {f"DP{n // 8} TP{n % 8}" for n in range(2000)}
+    assert all(r["observed"]["kv_tokens"] == 415615 for r in report["ranks"])
+    # every rank's lines but the graph batch list (no fact), the record and the token budget line
+    assert len(report["framework_evidence"]) == 2000 * (per_rank - 1) + 2
+
+
+def _peak(read) -> int:
+    tracemalloc.start()
+    try:
+        read()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_does_not_grow_with_the_number_of_launches(tmp_path, monkeypatch):
+    from capdiag.launches import LaunchSplitter
+    small = _log(tmp_path, "small.log", scale_logs.many_launches(400))
+    large = _log(tmp_path, "large.log", scale_logs.many_launches(1600))
+    read_launches(small)  # parsers built and cached before measuring
+    a, b = _peak(lambda: read_launches(small)), _peak(lambda: read_launches(large))
+    # 4x the launches: their outlines (~0.3 KB each) and the read buffers of a longer file on
+    # top, not their facts (~5 KB a launch: 6 MiB more)
+    assert b < a + (2560 << 10), (a, b)
+    held = []
+    original = LaunchSplitter._close
+
+    def close(self, ended_by=None):
+        original(self, ended_by)
+        held.append(sum(len(l.facts) for l in self.kept))
+    monkeypatch.setattr(LaunchSplitter, "_close", close)
+    reading = read_launches(large)
+    assert len(reading.outlines) == 1600 and [l.index for l in reading.launches] == [1600]
+    assert max(held) <= 30  # one launch's facts at a time, in each framework's view
+    assert all(o.phase == "ready" and o.ended_by == f"line {27 * o.index + 1} starts another start-up"
+               for o in reading.outlines[:-1])
+
+
+def test_memory_per_rank_is_bounded(tmp_path):
+    small = _log(tmp_path, "small.log", scale_logs.many_ranks(200))
+    large = _log(tmp_path, "large.log", scale_logs.many_ranks(800))
+    read_launches(small)
+    a, b = _peak(lambda: read_launches(small)), _peak(lambda: read_launches(large))
+    per_line = (b - a) / (600 * len(scale_logs._per_rank()))
+    assert per_line < 700, per_line  # the line's text, its fact and evidence; one Rank per rank
+
+
+def test_traffic_of_launches_no_longer_analysed_is_dropped(tmp_path, monkeypatch):
+    kept = []
+    original = TrafficAggregator.facts
+
+    def facts(self):
+        kept.append(len(self.segments))
+        return original(self)
+    monkeypatch.setattr(TrafficAggregator, "facts", facts)
+    a = analyse(_log(tmp_path, "launches.log", scale_logs.many_launches(300)))
+    assert kept == [2]  # the analysed launch's traffic and the one before it, not 300
+    summary = next(f for f in a.launch.facts if isinstance(f, F.TrafficSummary))
+    assert a.launch.first_line <= summary.evidence.line <= a.launch.last_line
+
+
+def test_the_json_report_is_handed_out_in_bounded_pieces(tmp_path):
+    report = explain(_log(tmp_path, "ranks.log", scale_logs.many_ranks(200)))
+    pieces = list(render_pieces(report.to_dict(), "json"))
+    assert len(pieces) > 5 and max(len(p) for p in pieces) < JSON_PIECE + 4096
+    assert "".join(pieces) == report.render("json") == report.to_json() + "\n"
+
+
+@pytest.mark.parametrize("name, lines", [("paste", scale_logs.soft_wrapped_paste(300_000)),
+                                         ("comma", scale_logs.comma_continued(20_000)),
+                                         ("keywords", scale_logs.keyword_lines(20_000))])
+def test_large_inputs_of_other_shapes_read_in_flat_memory(name, lines, tmp_path):
+    log = _log(tmp_path, f"{name}.log", lines)
+    read_launches(str(scale_logs.EXAMPLE))
+    peak = _peak(lambda: read_launches(log))
+    assert peak < 24 << 20, peak
+    reading = read_launches(log)
+    assert reading.launches[-1].phase == "ready"
