@@ -49,7 +49,8 @@ def _isatty(stream: IO) -> bool:
 
 def wrap(text: str, columns: int) -> str:
     """Every line longer than `columns` (visible characters) broken at spaces, the rest of it
-    indented under the line's own indent; a word longer than a line is cut."""
+    indented under the line's own indent. A word longer than a line (a long file path) stays
+    whole on a line of its own: cut, it could no longer be copied or searched for."""
     out = []
     for line in text.split("\n"):
         out.extend(_wrap_line(line, columns) if len(click.unstyle(line)) > columns else [line])
@@ -67,11 +68,6 @@ def _wrap_line(line: str, columns: int) -> list[str]:
         if not empty and used + 1 + size > columns:
             lines.append(current)
             current, used, empty = indent, len(indent), True
-        while used + size > columns and "\x1b" not in word:  # longer than a line: cut
-            room = columns - used
-            lines.append(current + word[:room])
-            word, size = word[room:], size - room
-            current, used = indent, len(indent)
         current += word if empty else " " + word
         used += size if empty else size + 1
         empty = False

@@ -111,6 +111,17 @@ def test_text_wraps_to_columns_and_cuts_no_derivation(columns):
         assert row["derivation"] in joined  # whole, not cut with "…"
 
 
+def test_a_path_longer_than_a_line_is_not_cut(tmp_path):
+    """A log under a deep directory: its path in the header stays whole, to copy or grep for."""
+    deep = tmp_path / ("deployments-" + "x" * 70) / "sglang-startup.log"
+    deep.parent.mkdir()
+    deep.write_bytes(Path(fixture("mla_tp2.log")).read_bytes())
+    result = invoke("explain", str(deep), "--gpu-total-gib", "80", env={"COLUMNS": "60"})
+    assert result.exception is None
+    assert any(line.startswith(str(deep)) for line in result.output.splitlines())
+    assert max(len(line) for line in result.output.splitlines() if str(deep) not in line) <= 60
+
+
 def test_width_is_100_without_a_terminal(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     result = invoke("explain", fixture("mla_tp2.log"))
