@@ -64,3 +64,20 @@ def test_observed_keys_name_real_attributes_and_are_documented():
 def test_input_kinds_are_not_log_lines():
     assert F.INPUT_KINDS and all(k.__module__ == F.inputs.__name__ for k in F.INPUT_KINDS)
     assert not {k for k in F.INPUT_KINDS if k.KEYWORDS or k.OBSERVED}
+
+
+def test_every_kind_shares_facts_methods_and_they_act_as_attrs_own():
+    """attrs writes only each kind's __init__ (`frozen_fact`); Fact's one __repr__, __eq__ and
+    __hash__ give what the methods attrs would have written give."""
+    assert [(k.__name__, m) for k in F.KINDS for m in ("__repr__", "__eq__", "__ne__", "__hash__")
+            if m in vars(k) and k is not F.Fact] == []
+    kind = F.LoadWeightEnd
+    twin = attrs.make_class(kind.__name__, {a.name: attrs.field(default=a.default, kw_only=True)
+                                            for a in attrs.fields(kind)}, frozen=True)
+    values = {"evidence": F.Evidence(7, "Load weight end. avail mem=60.10 GB"), "rank": F.Rank(tp=1),
+              "avail_gib": 60.1, "dtype": "torch.bfloat16"}
+    fact, same, other = kind(**values), kind(**values), kind(**{**values, "avail_gib": 60.2})
+    assert repr(fact) == repr(twin(**values))
+    assert fact == same and not fact != same and hash(fact) == hash(same)
+    assert fact != other and not fact == other
+    assert fact.__eq__(twin(**values)) is NotImplemented and fact != F.LoadWeightBegin(evidence=fact.evidence, avail_gib=60.1)

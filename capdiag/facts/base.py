@@ -6,7 +6,9 @@ are in GiB exactly as printed (SGLang's "GB" is bytes / 2**30); the `_gib` suffi
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+import functools
+import operator
+from typing import Any, Callable, ClassVar, Optional
 
 import attrs
 
@@ -81,7 +83,27 @@ INPUT_LINE = 0  # Evidence.line of a fact from the command line or the reference
 PHASES = ("init", "weights", "kv_pool", "graph_capture", "ready")
 
 
-@attrs.frozen(kw_only=True)
+# attrs writes the source of an __init__, __repr__, __eq__ and __hash__ for each class it makes
+# and compiles it; for the ~80 line kinds that was a sixth of a small log's run. The kinds share
+# one __repr__, __eq__ and __hash__ (Fact's, below: the same results as attrs' own), so attrs
+# writes only each kind's __init__. Declare every fact class with this.
+frozen_fact = functools.partial(attrs.frozen, kw_only=True, repr=False, eq=False)
+
+
+@functools.cache
+def _names(cls: type, use: str) -> tuple[str, ...]:
+    """The attributes of `cls` that take part in `use` ("repr", "eq" or "hash"), as attrs decides."""
+    return tuple(a.name for a in attrs.fields(cls) if (a.eq if use == "hash" and a.hash is None else getattr(a, use)))
+
+
+@functools.cache
+def _getter(cls: type, use: str) -> Callable[[Any], tuple]:
+    """The values of those attributes of a fact, as one tuple."""
+    get = operator.attrgetter(*_names(cls, use))
+    return get if len(_names(cls, use)) > 1 else lambda fact: (get(fact),)
+
+
+@frozen_fact
 class Fact:
     """Base of every observation. `role` is `target` or `draft` (speculative decoding)."""
 
@@ -121,16 +143,35 @@ class Fact:
     def kind(self) -> str:
         return type(self).__name__
 
+    # attrs' own methods, written once for every kind (see frozen_fact)
+    def __repr__(self) -> str:
+        cls = type(self)
+        values = ", ".join(f"{name}={value!r}" for name, value in zip(_names(cls, "repr"), _getter(cls, "repr")(self)))
+        return f"{cls.__qualname__.rsplit('>.', 1)[-1]}({values})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        values = _getter(self.__class__, "eq")
+        return values(self) == values(other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash((self.__class__, *_getter(self.__class__, "hash")(self)))
+
 
 # ---- lines both frameworks print ---------------------------------------------------------
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ServerReady(Fact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("ready to roll", "Application startup complete")
     PHASE: ClassVar[str] = "ready"
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class LaunchCommand(Fact):
     """The command that started the server (`python -m sglang.launch_server …`, `vllm serve MODEL …`),
     as pasted into the log."""
@@ -144,7 +185,7 @@ class LaunchCommand(Fact):
     args: dict[str, Optional[str]]  # option name with dashes as underscores -> value
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class OutOfMemory(Fact):
     """PyTorch's CUDA out-of-memory message; `gpu` is the device index it names."""
 
@@ -166,7 +207,7 @@ class OutOfMemory(Fact):
     reserved_unallocated_mib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class DeviceName(Fact):
     """The GPU name torch reports, as embedded in a MoE kernel-config file name."""
 
@@ -174,7 +215,7 @@ class DeviceName(Fact):
     name: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class UnreadLine(Fact):
     """A line of a known kind that could not become a fact (a number out of range, a value
     nested too deep, …): skipped, and named in the report with the reason."""

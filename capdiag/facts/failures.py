@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional
 
-import attrs
-
-from capdiag.facts.base import Fact
+from capdiag.facts.base import Fact, frozen_fact
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class TracebackStart(Fact):
     """`Traceback (most recent call last):` — also after SGLang's `Scheduler hit an exception:`."""
 
@@ -20,7 +18,7 @@ class TracebackStart(Fact):
     process: Optional[str] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class TracebackFrame(Fact):
     """`File "…/model_runner.py", line 412, in initialize`: one frame of a traceback."""
 
@@ -31,7 +29,7 @@ class TracebackFrame(Fact):
     function: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ExceptionChained(Fact):
     """Python's marker between two tracebacks of one chain: `cause` for "The above exception was
     the direct cause of the following exception:", `context` for "During handling of the above
@@ -42,7 +40,7 @@ class ExceptionChained(Fact):
     link: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ExceptionIgnored(Fact):
     """`Exception ignored in: <function …__del__ …>`: the traceback after it is a clean-up's."""
 
@@ -50,7 +48,7 @@ class ExceptionIgnored(Fact):
     process: Optional[str] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ExceptionRaised(Fact):
     """The last line of a traceback: `pkg.ExceptionType: message` (or the bare type)."""
 
@@ -60,7 +58,7 @@ class ExceptionRaised(Fact):
     message: str = ""
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ValidationDetail(Fact):
     """pydantic's reason line under `ValidationError: N validation error for …`:
     `Value error, <message> [type=value_error, …]`."""
@@ -70,7 +68,7 @@ class ValidationDetail(Fact):
     message: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ProcessKilled(Fact):
     """A bare `Killed` (the shell reporting SIGKILL, usually the kernel's out-of-memory killer)."""
 
@@ -78,7 +76,7 @@ class ProcessKilled(Fact):
     process: Optional[str] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ChildFailed(Fact):
     """A parent noticing that a child died: SGLang's `Received sigquit from a child process. It
     usually means the child failed.` — always a consequence."""

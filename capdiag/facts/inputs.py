@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import attrs
-
-from capdiag.facts.base import Fact
+from capdiag.facts.base import Fact, frozen_fact
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class GpuTotal(Fact):
     """The GPU's total memory in GiB as the user states it (`--gpu-total-gib`)."""
 
     gib: float
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class GpuSpec(Fact):
     """A references/gpu-specs.json entry that a name in the inputs matched (or `--gpu` named)."""
 
@@ -34,7 +32,7 @@ class GpuSpec(Fact):
     notes: Optional[str] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class Options(Fact):
     """What the user asked for (the target rank, the request lengths to size for) and the log's
     framework."""
@@ -44,7 +42,7 @@ class Options(Fact):
     framework: Optional[str] = None  # the framework whose log this is (detected or --framework)
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class SmiGpu(Fact):
     """One GPU as nvidia-smi reported it (MiB as printed; None where the output lacks it)."""
 
@@ -55,7 +53,7 @@ class SmiGpu(Fact):
     name: Optional[str] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class SmiMigDevice(Fact):
     """A MIG instance in nvidia-smi's `MIG devices:` table: a process on it sees this slice of
     the parent GPU, not the parent's memory."""
@@ -68,7 +66,7 @@ class SmiMigDevice(Fact):
     total_mib: Optional[int] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class SmiProcess(Fact):
     """A process holding GPU memory: a row of the default table's `Processes:` section or of
     `--query-compute-apps=pid,process_name,used_memory` (which names no GPU)."""
@@ -80,14 +78,14 @@ class SmiProcess(Fact):
     gpu_instance: Optional[int] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ModelConfig(Fact):
     """A model's config.json: the fields that size its weights and KV cache."""
 
     fields: dict[str, Any]
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class Policy(Fact):
     """A gate policy (capdiag.toml): per rule `enabled`, `severity` and `thresholds`, the
     default fail-on level, whether a rule that could not judge fails, and the name of the
@@ -99,14 +97,14 @@ class Policy(Fact):
     deployment: Optional[str] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class WhatIf(Fact):
     """`--what-if KEY=VALUE …`: settings to project the start-up under."""
 
     changes: dict[str, Any]
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ModelWeights(Fact):
     """The bytes of a checkpoint's weights: `metadata.total_size` of its
     model.safetensors.index.json (every tensor, in the dtype stored)."""
@@ -114,7 +112,7 @@ class ModelWeights(Fact):
     total_bytes: int
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class PlanRequest(Fact):
     """`capdiag plan`: a deployment to size before any log exists."""
 
@@ -132,7 +130,7 @@ class PlanRequest(Fact):
     weights_as_stored: bool = False  # size the weights from ModelWeights (the checkpoint's own bytes)
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class Compared(Fact):
     """One figure of one of two start-ups being compared (`capdiag diff`): `side` is before or
     after; the Evidence is the line that figure rests on in that log."""

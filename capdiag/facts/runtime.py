@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import attrs
-
-from capdiag.facts.base import Fact
+from capdiag.facts.base import Fact, frozen_fact
 
 # The role of these facts: not a start-up line, so no start-up rule, rank table or launch
 # phase counts them (Knowledge.of looks at role "target" unless told otherwise).
 RUNTIME_ROLE = "runtime"
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class TrafficSummary(Fact):
     """One rank's request-time lines of one start-up, summed. Evidence: its first such line.
 
@@ -44,7 +42,7 @@ class TrafficSummary(Fact):
     series: tuple[tuple[str, float, int, int], ...] = ()  # (time, max usage, max running, max queue)
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class TrafficMark(Fact):
     """A traffic line worth citing: `mark` is first | last | peak_usage | peak_running |
     peak_queue | first_full | first_retraction | last_retraction | last_preemption."""
@@ -56,7 +54,7 @@ class TrafficMark(Fact):
 
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class CounterReadings(Fact):
     """A running server's cumulative counters (preemptions, retractions, prompt and generation
     tokens, finished requests, prefix-cache queries and hits) as the scrapes of its `/metrics`
@@ -74,7 +72,7 @@ class CounterReadings(Fact):
     unknown_reason: Optional[str] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class LengthHistogram(Fact):
     """A histogram of request lengths in tokens as the last scrape holds it (`vllm:request_prompt_tokens`,
     `vllm:request_generation_tokens`, SGLang's equivalents): one observation per finished request

@@ -9,10 +9,10 @@ from typing import Any, ClassVar, Optional
 
 import attrs
 
-from capdiag.facts.base import Fact
+from capdiag.facts.base import Fact, frozen_fact
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class SGLangFact(Fact):
     """A line kind only SGLang prints."""
 
@@ -21,7 +21,7 @@ class SGLangFact(Fact):
 
 # ---- main-process lines -----------------------------------------------------------------
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ServerArgs(SGLangFact):
     """`server_args=ServerArgs(...)` or `server_args={...}`: the resolved configuration."""
 
@@ -34,7 +34,7 @@ class ServerArgs(SGLangFact):
     elided: bool = False  # the line holds `...` in place of fields
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class ModelPathHint(SGLangFact):
     """A model path named outside server_args (HF snapshot or tokenizer lines)."""
 
@@ -46,7 +46,7 @@ class ModelPathHint(SGLangFact):
 
 # ---- scheduler (per-rank) lines ----------------------------------------------------------
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class LoadWeightBegin(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Load weight",)
     BEGINS_RANK: ClassVar[bool] = True
@@ -56,7 +56,7 @@ class LoadWeightBegin(SGLangFact):
     avail_gib: float
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class LoadWeightEnd(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Load weight",)
     PHASE: ClassVar[str] = "weights"
@@ -72,14 +72,14 @@ class LoadWeightEnd(SGLangFact):
     elapsed_s: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class TorchDistributedBegin(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("distributed begin",)
     BEGINS_RANK: ClassVar[bool] = True
     PHASE: ClassVar[str] = "init"
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class TorchDistributedEnd(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("distributed ends",)
     PHASE: ClassVar[str] = "init"
@@ -89,7 +89,7 @@ class TorchDistributedEnd(SGLangFact):
     elapsed_s: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class WeightsCommitted(SGLangFact):
     """`--startup-weight-load-mode overlap`: the end line with no memory fields."""
 
@@ -97,7 +97,7 @@ class WeightsCommitted(SGLangFact):
     PHASE: ClassVar[str] = "graph_capture"
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class KVCacheAllocated(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("KV Cache is allocated", "KV Cache VA upper bound")
     PHASE: ClassVar[str] = "kv_pool"
@@ -119,7 +119,7 @@ class KVCacheAllocated(SGLangFact):
         return None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class MemoryPoolEnd(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Memory pool end",)
     PHASE: ClassVar[str] = "kv_pool"
@@ -128,7 +128,7 @@ class MemoryPoolEnd(SGLangFact):
     avail_gib: float
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class MambaCacheAllocated(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Mamba Cache",)
     PHASE: ClassVar[str] = "kv_pool"
@@ -151,7 +151,7 @@ class MambaCacheAllocated(SGLangFact):
         return round(sum(p for p in parts if p is not None), 2)
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class GraphCaptureBegin(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("graph begin",)
     PHASE: ClassVar[str] = "graph_capture"
@@ -160,7 +160,7 @@ class GraphCaptureBegin(SGLangFact):
     avail_gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class GraphCaptureEnd(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("graph end",)
     PHASE: ClassVar[str] = "graph_capture"
@@ -171,7 +171,7 @@ class GraphCaptureEnd(SGLangFact):
     avail_gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class MemoryProfiling(SGLangFact):
     """DeepSeek-V4 day-0 branch: `total_gpu_memory` is free memory before weights, not HBM."""
 
@@ -188,7 +188,7 @@ class MemoryProfiling(SGLangFact):
     rest_memory_gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class DSV4MemoryCalculation(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("memory calculation", "pool sizes")
     PHASE: ClassVar[str] = "kv_pool"
@@ -202,7 +202,7 @@ class DSV4MemoryCalculation(SGLangFact):
     fixed_gib: dict[str, float] = attrs.Factory(dict)  # c128_state_fixed, swa_fixed, …
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class SWAKVPoolUsage(SGLangFact):
     """Sum of the Full and SWA sub-pools: never add it to them."""
 
@@ -220,7 +220,7 @@ class SWAKVPoolUsage(SGLangFact):
     va_upper_bound: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class PostCaptureKVSizing(SGLangFact):
     """The final KV bytes actually backed when post-capture sizing is on (v0.5.17+)."""
 
@@ -236,13 +236,13 @@ class PostCaptureKVSizing(SGLangFact):
     avail_gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class KVCacheDtype(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("KV cache dtype",)
     dtype: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class KVAvailableMemory(SGLangFact):
     """`The available memory for KV cache is X GB.` (Ascend builds): what the pool is sized
     from on this rank; negative when the weights left nothing."""
@@ -253,7 +253,7 @@ class KVAvailableMemory(SGLangFact):
     gib: float
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class TokenBudget(SGLangFact):
     """`max_total_num_tokens=…, max_running_requests=…, context_len=…, available_gpu_mem=…`."""
 
@@ -276,35 +276,35 @@ class TokenBudget(SGLangFact):
     available_cpu_mem_gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class SlidingWindowSplit(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("sliding window memory pool",)
     full_layer_tokens: Optional[int] = None
     swa_layer_tokens: Optional[int] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class NotEnoughMemory(SGLangFact):
     """SGLang's start-up refusal: the KV pool cannot be sized under mem_fraction_static."""
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Not enough memory", "leave no GPU memory")
     FAILS_STARTUP: ClassVar[bool] = True
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class SchedulerException(SGLangFact):
     """`Scheduler hit an exception`: a scheduler process died during start-up."""
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("hit an exception",)
     FAILS_STARTUP: ClassVar[bool] = True
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class DeepGEMMActivity(SGLangFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("DeepGEMM", "Required memory for warmup")
     required_gib: Optional[float] = None
     available_gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class KernelCacheNote(SGLangFact):
     """v0.5.18+: `Compiled-kernel caches now live under SGLANG_CACHE_DIR (…)` — legacy cache
     directories exist, so this node's caches were built by an older release."""

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Optional
 
-import attrs
-
-from capdiag.facts.base import Fact
+from capdiag.facts.base import Fact, frozen_fact
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmFact(Fact):
     """A line kind only vLLM prints."""
 
     FRAMEWORK: ClassVar[Optional[str]] = "vllm"
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmVersion(VllmFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("version",)
     RANK_NEUTRAL: ClassVar[bool] = True
@@ -31,7 +29,7 @@ class VllmVersion(VllmFact):
     version: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmEngineConfig(VllmFact):
     """`Initializing a V1 LLM engine (v0.x.y) with config: model=…, …` (V0: `an LLM engine`)."""
 
@@ -44,7 +42,7 @@ class VllmEngineConfig(VllmFact):
     truncated_at: Optional[int] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmArgs(VllmFact):
     """`non-default args: {…}` (0.9+) or `args: Namespace(…)` (≤0.8): the user's settings."""
 
@@ -56,14 +54,14 @@ class VllmArgs(VllmFact):
     truncated_at: Optional[int] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmMaxModelLen(VllmFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("max model len",)
     RANK_NEUTRAL: ClassVar[bool] = True
     tokens: int
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmModelName(VllmFact):
     """A model named outside the configuration records: `Starting to load model X...` (the
     model runner of every backend, V0 and V1)."""
@@ -73,7 +71,7 @@ class VllmModelName(VllmFact):
     source: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmModelLoading(VllmFact):
     """`Model loading took X GiB …` / `Loading model weights took X GB`: torch memory of the
     weights on this rank."""
@@ -87,7 +85,7 @@ class VllmModelLoading(VllmFact):
     seconds: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmAvailableKV(VllmFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Available KV cache memory",)
     PHASE: ClassVar[str] = "kv_pool"
@@ -95,7 +93,7 @@ class VllmAvailableKV(VllmFact):
     gib: float
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmMemoryProfile(VllmFact):
     """A memory-profiling statement (V0 three-line record, its table form, 0.6.4's one line).
 
@@ -121,7 +119,7 @@ class VllmMemoryProfile(VllmFact):
     form: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmKVCacheSize(VllmFact):
     """`GPU KV cache size: N tokens` (from 0.21 derived from the concurrency for hybrid models)."""
 
@@ -132,7 +130,7 @@ class VllmKVCacheSize(VllmFact):
     device: str
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmMaxConcurrency(VllmFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Maximum concurrency",)
     PHASE: ClassVar[str] = "kv_pool"
@@ -141,7 +139,7 @@ class VllmMaxConcurrency(VllmFact):
     x: float
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmGpuBlocks(VllmFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("blocks:", "num_gpu_blocks")
     PHASE: ClassVar[str] = "kv_pool"
@@ -151,7 +149,7 @@ class VllmGpuBlocks(VllmFact):
     wording: str = "# GPU blocks"
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmGraphCapture(VllmFact):
     """`Graph capturing finished in S secs, took X GiB` (a difference of free memory: can be < 0)."""
 
@@ -162,7 +160,7 @@ class VllmGraphCapture(VllmFact):
     gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmStartupMemory(VllmFact):
     """`Free memory on device [cuda:N] (F/T GiB) on startup. …` — the success report after capture,
     or the start-up error when free memory is below what the utilization asks for (`error`):
@@ -191,7 +189,7 @@ class VllmStartupMemory(VllmFact):
     error: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmGraphPool(VllmFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("graph pool memory",)
     PHASE: ClassVar[str] = "graph_capture"
@@ -204,7 +202,7 @@ class VllmGraphPool(VllmFact):
     percent: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmGraphEstimate(VllmFact):
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Estimated CUDA graph memory",)
     PHASE: ClassVar[str] = "kv_pool"
@@ -212,7 +210,7 @@ class VllmGraphEstimate(VllmFact):
     gib: float
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmUtilizationAdvice(VllmFact):
     """0.20+: `The current --gpu-memory-utilization=U is equivalent to … E … increase … to S`."""
 
@@ -222,7 +220,7 @@ class VllmUtilizationAdvice(VllmFact):
     suggested: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmInitialFree(VllmFact):
     """`Initial free memory …; Requested memory …` (DEBUG) or the `--kv-cache-memory` reservation
     `Initial free memory X GiB, reserved Y GiB memory for KV Cache …`."""
@@ -234,7 +232,7 @@ class VllmInitialFree(VllmFact):
     reserved_kv_gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmCpuKVSpace(VllmFact):
     """The CPU backend's KV cache space on a NUMA node: `Explicitly set (K/N) GiB for KV cache on
     node 0.` (VLLM_CPU_KVCACHE_SPACE) or `Auto set (K/N) GiB for KV cache on node 0, with R GiB
@@ -253,7 +251,7 @@ class VllmCpuKVSpace(VllmFact):
     non_kv_gib: Optional[float] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmStartupError(VllmFact):
     """A start-up error vLLM states: no memory for cache blocks, max seq len beyond the KV
     cache, the engine core failing to start."""
@@ -266,7 +264,7 @@ class VllmStartupError(VllmFact):
     kv_tokens: Optional[int] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmEngineReady(VllmFact):
     """`init engine (profile, create kv cache, warmup model) took S seconds`: the engine is up."""
 
@@ -274,7 +272,7 @@ class VllmEngineReady(VllmFact):
     PHASE: ClassVar[str] = "ready"
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmRankAssignment(VllmFact):
     """`rank R in world size W is assigned as DP rank a, PP rank b, TP rank c, EP rank d` (0.8+,
     parallel_state.py): which ranks the process that printed it holds. A Ray or multiprocessing
@@ -289,7 +287,7 @@ class VllmRankAssignment(VllmFact):
     ep: Optional[int] = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen_fact
 class VllmHybridBlockSize(VllmFact):
     """`Setting attention block size to N tokens to ensure that attention page size is >= mamba
     page size`: the model is hybrid (attention + Mamba/linear layers)."""
