@@ -6,7 +6,6 @@ import json
 import os
 import sys
 import tempfile
-from importlib import resources
 from typing import Iterable, Optional, Union
 
 import attrs
@@ -361,6 +360,8 @@ def rules(name, derivations, markdown):
 @click.pass_context
 def example(ctx, fmt):
     """Explain the example log shipped with capdiag (Llama-3.1-8B on one H100)."""
+    from importlib import resources  # only this command reads a file shipped in the package
+
     path = resources.files("capdiag").joinpath("examples", EXAMPLE_LOG)
     with resources.as_file(path) as log:
         ctx.invoke(explain, logs=(str(log),), fmt=fmt, gpu="h100_sxm")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote
@@ -186,6 +185,8 @@ def _artifact(path: str, root: Optional[str]) -> Optional[dict[str, str]]:
 
 
 def _junit(verdict: Verdict) -> str:
+    import xml.etree.ElementTree as ET  # only JUnit output needs it: kept out of every other run's start-up
+
     suites = ET.Element("testsuites", name="capdiag gate")
     for res in verdict.results:
         suite = ET.SubElement(suites, "testsuite", name=res.path)

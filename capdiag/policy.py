@@ -16,19 +16,14 @@ its line.
 """
 from __future__ import annotations
 
-import sys
 from typing import Any, Optional
 
 from capdiag import facts as F
 from capdiag.errors import InputError
 from capdiag.parsing.bounds import in_range
+from capdiag.resources import toml_reader
 from capdiag.side_input import read_text
 from capdiag.rules import find_rule
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 SEVERITIES = ("info", "warning", "error")
 MAX_THRESHOLD = 1e6  # GiB, percent, seconds, tokens, requests: every threshold is far below
@@ -51,6 +46,7 @@ def _line_of(text: str, table: Optional[str], key: Optional[str]) -> int:
 
 def load_policy(path: str) -> F.Policy:
     text = read_text(path, "policy")
+    tomllib = toml_reader()
     try:
         data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:  # ValueError: int digit limit

@@ -1,8 +1,6 @@
 """nvidia-smi beside the log: which GPU each rank ran on, and the memory no line accounts for."""
 from __future__ import annotations
 
-from statistics import median
-
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
@@ -58,6 +56,8 @@ def ranks(kb):
                           f"{rank.label} → GPU {index} (nvidia-smi line {g.evidence.line})")
     used = [g.used_mib for g in gpus.values() if g.used_mib is not None]
     if len(used) > 1:
+        from statistics import median  # with its decimal and fractions, only for nvidia-smi output
+
         mid = median(used)
         outliers = [g for g in gpus.values() if g.used_mib is not None and abs(g.used_mib - mid) > SPREAD_GIB * 1024]
         yield Derived("nvidia_smi", "spread", {"median_mib": mid, "outliers": [g.index for g in outliers]},
