@@ -12,11 +12,11 @@ and start-up, and the few TrafficMark lines a finding cites.
 from __future__ import annotations
 
 import bisect
-import re
 from collections import Counter
 from typing import Optional
 
 from capdiag import facts as F
+from capdiag.lazyre import LazyPattern
 from capdiag.source import line_text
 
 SERIES_POINTS = 240  # points kept of the usage/running/queue series (pairs merge beyond)
@@ -31,7 +31,7 @@ _SGL_HEAD = rb"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+
 # hybrid pools (the KV usage is the larger of full and SWA, as SGLang's own get_kv_token_stats;
 # mamba state is not KV), `cache hit rate` in v0.3.x prefill lines, and whatever sits between
 # the usages and `gen throughput` (speculative accept length, PD-disaggregation queues).
-_SGLANG = re.compile(
+_SGLANG = LazyPattern(
     _SGL_HEAD + rb"(?:Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+), "
     rb"(?:full )?token usage: ([\d.]+), (?:#swa token: \d+, swa token usage: ([\d.]+), )?"
     rb"[^\n]*?gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)"
@@ -40,37 +40,37 @@ _SGLANG = re.compile(
     rb"(?:mamba usage: [\d.]+, )?#running-req: (\d+), #queue-req: (\d+))")
 # `KV cache pool is full. Retract requests.` (v0.4.8+), `Decode out of memory happened.` before;
 # `#new_tokens_gained` (the tokens the retraction freed) in newer versions.
-_RETRACT = re.compile(
+_RETRACT = LazyPattern(
     _SGL_HEAD + rb"(?:KV cache pool is full\. Retract requests\.|[Dd]ecode out of memory happened[.,]) "
     rb"#retracted_reqs: (\d+)(?:, #new_tokens_gained: (\d+))?")
 # vLLM: V0 `Avg prompt throughput: … Running: R reqs, Swapped: S reqs, Pending: W reqs, GPU KV
 # cache usage: U%, CPU KV cache usage: C%.`, early V1 without the usage, V1 `Engine 000: … Running:
 # R reqs, Waiting: W reqs, GPU KV cache usage: U%, Prefix cache hit rate: H%` (one engine per DP rank).
-_VLLM = re.compile(
+_VLLM = LazyPattern(
     rb"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
     rb"Running: (\d+) reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): (\d+) reqs(?:, GPU KV cache usage: ([\d.]+)%)?")
-_ENGINE = re.compile(rb"Engine (\d+): $")
+_ENGINE = LazyPattern(rb"Engine (\d+): $")
 # Python's regular expressions cost about a character matched, so the fast reading of a block
 # takes only the runs of figures that stand together (the start of a decode line, its end, a
 # prefill line up to its queue) and checks that every line gave them (else the block is read
 # line by line with the full patterns above).
 # (the last group: a hybrid pool's SWA figures follow the usage, which the line-by-line reading takes)
-_S_DECODE = re.compile(rb"Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+), "
+_S_DECODE = LazyPattern(rb"Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+), "
                        rb"(?:full )?token usage: ([\d.]+)(, #swa)?")
-_S_DECODE_TAIL = re.compile(rb"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)")
-_S_PREFILL = re.compile(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), "
+_S_DECODE_TAIL = LazyPattern(rb"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)")
+_S_PREFILL = LazyPattern(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), "
                         rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: ([\d.]+), (?:mamba usage: [\d.]+, )?"
                         rb"#running-req: (\d+), #queue-req: (\d+)")
-_S_HEAD = re.compile(_SGL_HEAD)
+_S_HEAD = LazyPattern(_SGL_HEAD)
 # SGLang names every scheduler's lines the same way (no tags with one GPU, ` TP0` with TP only, and
 # ` DP1 TP0`, ` PP1 TP0`… otherwise), and only attention-TP rank 0 prints traffic: lines without
 # these tags all come from one scheduler.
 _MULTI_RANK = (b"DP", b"PP", b"ATTN_CP", b"MOE_DP")
-_V_ENGINES = re.compile(rb"Engine (\d+): Avg prompt")
-_VLLM_TIME = re.compile(rb"(?:(\d{4}-)?(\d\d-\d\d) )?(\d\d:\d\d:\d\d)")
+_V_ENGINES = LazyPattern(rb"Engine (\d+): Avg prompt")
+_VLLM_TIME = LazyPattern(rb"(?:(\d{4}-)?(\d\d-\d\d) )?(\d\d:\d\d:\d\d)")
 # V0 warns every 50th preemption, with the running total
-_PREEMPT = re.compile(rb"is preempted by PreemptionMode\.\w+ mode[^\n]*?total_num_cumulative_preemption=(\d+)")
-_TAG = re.compile(r"([A-Z_]+?)(\d+)")
+_PREEMPT = LazyPattern(rb"is preempted by PreemptionMode\.\w+ mode[^\n]*?total_num_cumulative_preemption=(\d+)")
+_TAG = LazyPattern(r"([A-Z_]+?)(\d+)")
 _NOT_QUEUED = b"0".__ne__
 
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from capdiag import cache, launcher
@@ -111,3 +112,25 @@ def test_a_json_report_does_not_load_jinja_and_a_text_one_caches_its_templates(t
     assert run("json") == "False\n"
     assert run("text") == "True\n"
     assert list(tmp_path.glob("__jinja2_*.cache"))
+
+
+def test_a_line_no_state_can_lex_fails_where_lark_s_own_lexer_says(tmp_path, monkeypatch):
+    """The state lexer raises at the column Lark's contextual lexer names (the damage reading
+    cuts there) without building a lexer of every terminal to name the token."""
+    from lark import Lark
+    from lark.exceptions import UnexpectedInput
+
+    monkeypatch.setenv("CAPDIAG_CACHE_DIR", str(tmp_path))
+    ours = lalr_parser("vllm.lark", lexer="contextual")
+    source, text = lalr.FromPackageLoader(lalr._PACKAGE)(None, "vllm.lark")
+    larks = Lark(text, parser="lalr", lexer="contextual", source_path=source,
+                 import_paths=[lalr.FromPackageLoader(lalr._PACKAGE, ())])
+    for line in ("[2026-03-02 09:14:28] INFO:     Application startup complete.",
+                 "INFO 10-14 19:25:09 [gpu_worker.py:298] Available KV cache memory: 9.93 GiB, then §",
+                 "(EngineCore_DP0 pid=4512) INFO 10-14 19:25:09 [kv_cache_utils.py:1087] GPU KV cache size: x tokens"):
+        with pytest.raises(UnexpectedInput) as mine:
+            ours.parse(line)
+        with pytest.raises(UnexpectedInput) as theirs:
+            larks.parse(line)
+        assert mine.value.pos_in_stream == theirs.value.pos_in_stream
+    assert all(lexer._scanner is None for lexer in [ours.parser.lexer.root_lexer])
