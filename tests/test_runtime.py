@@ -258,3 +258,22 @@ def test_mean_prompt_needs_the_page_size(tmp_path, edit, mean, reason):
     assert lengths["prompt_tokens_per_prefill_entry"] == round((4000 + 1024 + 3808) / 4)
     assert lengths["mean_prompt_tokens"] == mean
     assert (lengths["mean_prompt_unknown_reason"] or "").endswith(reason or "")
+
+
+def test_runtime_premises_name_their_rank_and_figures():
+    """A finding resting on run-time summaries names each by its rank and headline figures, in
+    every format (not a rank key tuple and a dict), and JSON's premise leaves the series out."""
+    report = build(analyse(str(CASES / "sglang-dp-attention.log")))
+    binds = next(f for f in report["findings"] if f["name"] == "kv-capacity-binds")
+    runtime = [b for b in binds["because"] if b["topic"] == "runtime"]
+    assert [(b["key"], b["rank"]) for b in runtime] == [("all", None), ([0, 0, 0, ""], "DP0 TP0"),
+                                                        ([1, 0, 1, ""], "DP1 TP1")]
+    assert all("series" not in b["value"] for b in runtime)
+    assert runtime[2]["value"]["kv_usage"]["p90"] == 0.93
+    wanted = ("runtime of DP1 TP1 = KV usage p90 93 %, ≥ 90 % in 50.0 % of lines; running peak 6 of the limit 48; "
+              "queued peak 4 (1 with KV ≥ 90 %, 0 at the request limit, 1 otherwise)")
+    for fmt in ("text", "markdown", "html"):
+        out = " ".join(render(report, fmt).split())
+        assert "[0, 0, 0" not in out and "{'lines'" not in out and "{&#39;lines" not in out, fmt
+        assert "runtime of all ranks = KV usage p90 93 %" in out, fmt
+        assert wanted in out, fmt

@@ -42,6 +42,10 @@ class TrafficSummary(Fact):
     retraction_tokens_max: Optional[int] = None  # largest #new_tokens_gained of one retraction
     preemptions: Optional[int] = None  # vLLM V0: the last total_num_cumulative_preemption
     series: tuple[tuple[str, float, int, int], ...] = ()  # (time, max usage, max running, max queue)
+    # from a probe: how many times its endpoints were read, and the seconds from the first
+    # reading to the last where known (first_time / last_time then name the readings)
+    readings: Optional[int] = None
+    seconds: Optional[float] = None
 
 
 @attrs.frozen(kw_only=True)

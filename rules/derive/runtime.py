@@ -56,6 +56,7 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
     mean_context = round(s.context_tokens / s.context_requests) if s.context_requests else None
     return {
         "lines": s.lines, "first_time": s.first_time or None, "last_time": s.last_time or None,
+        "readings": s.readings, "seconds": s.seconds,
         "kv_usage": None if not counted else {
             "peak": ordered[-1][0], "p50": percentile(ordered, 0.5), "p90": percentile(ordered, 0.9),
             "p99": percentile(ordered, 0.99),
@@ -220,10 +221,12 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
     preempted = [s.preemptions for s in summaries if s.preemptions is not None]
     tokens = [s.retraction_tokens_max for s in summaries if s.retraction_tokens_max is not None]
     first = min(summaries, key=lambda s: s.evidence.line)
+    # a probe's readings are named (a file name need not sort in time): the fullest rank's names
+    named = max((s for s in summaries if s.readings), key=lambda s: s.readings, default=None)
     return F.TrafficSummary(
         evidence=first.evidence, framework=first.framework, lines=sum(s.lines for s in summaries),
-        first_time=min((s.first_time for s in summaries if s.first_time), default=""),
-        last_time=max((s.last_time for s in summaries if s.last_time), default=""),
+        first_time=named.first_time if named else min((s.first_time for s in summaries if s.first_time), default=""),
+        last_time=named.last_time if named else max((s.last_time for s in summaries if s.last_time), default=""),
         samples=tuple(sorted((*k, n) for k, n in samples.items())), peak_queue=max(s.peak_queue for s in summaries),
         throughput=(min(lows) if lows else None, max(highs) if highs else None),
         context_tokens=sum(s.context_tokens for s in summaries), context_requests=sum(s.context_requests for s in summaries),
@@ -232,7 +235,9 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
                                    default=None),
         retractions=sum(s.retractions for s in summaries), retraction_events=sum(s.retraction_events for s in summaries),
         retraction_tokens_max=max(tokens) if tokens else None, preemptions=sum(preempted) if preempted else None,
-        series=tuple(points[t] for t in sorted(points)))
+        series=tuple(points[t] for t in sorted(points)),
+        readings=max((s.readings for s in summaries if s.readings is not None), default=None),
+        seconds=max((s.seconds for s in summaries if s.seconds is not None), default=None))
 
 
 @rule("runtime.summary", reads=(F.TrafficSummary, F.TrafficMark, F.CounterReadings, F.LengthHistogram, F.TokenBudget,
@@ -286,8 +291,9 @@ def summary(kb):
                 [h for h in histograms if together or h.rank in ranks])
         value = summarize(s, limit, pool, *read, chunk=chunk, page=page)
         usage = value["kv_usage"]
-        formula = (f"{s.lines} traffic lines from {s.first_time or '?'} to {s.last_time or '?'} ({line_ref(s)} on)"
-                   + (f"; KV usage peak {usage['peak']}, p50 {usage['p50']}" if usage else "; no KV usage printed"))
+        span = (f"{s.readings} readings of {line_ref(s)} ({s.first_time} to {s.last_time})" if s.readings else
+                f"{s.lines} traffic lines from {s.first_time or '?'} to {s.last_time or '?'} ({line_ref(s)} on)")
+        formula = (span + (f"; KV usage peak {usage['peak']}, p50 {usage['p50']}" if usage else "; no KV usage printed"))
         yield Derived("runtime", key, value, "runtime.summary", (*parts, *mine, *read[0], *read[1]) + used, formula,
                       detail={"marks": _marks(mine), "rank": None if key == "all" else s.rank, "parts": parts})
 
