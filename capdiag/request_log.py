@@ -92,19 +92,21 @@ class RequestSums:
         self.max_tokens_not_set = 0  # max_tokens=None, or parameters without it (pooling)
         self.marks: dict[str, tuple[int, str, object]] = {}  # mark -> (line, text, value)
         self.longest = -1
-        self.last: tuple[int, bytes, int] = (0, b"", 0)  # the last request line: block and offset
+        self.last: tuple[int, bytes, int] = (0, b"", 0)  # the last Received line: its block, an offset in it
 
-    def cite(self, mark: str, first: int, block: bytes, start: int, end: int, value: object) -> None:
+    def cite(self, mark: str, first: int, block: bytes, pos: int, end: int, value: object) -> None:
+        """Cite the line that holds block[pos], by its head."""
+        start = block.rfind(b"\n", 0, pos) + 1
         text = line_text(block[start:min(end, start + 4 * CITED)])
         if len(text) > CITED or end > start + 4 * CITED:
             text = text[:CITED] + " …"
         self.marks[mark] = (first + block.count(b"\n", 0, start), text, value)
 
     def close(self) -> None:
-        first, block, start = self.last
+        first, block, pos = self.last
         if block:
-            end = block.find(b"\n", start)
-            self.cite("last_request", first, block, start, len(block) if end < 0 else end, None)
+            end = block.find(b"\n", pos)
+            self.cite("last_request", first, block, pos, len(block) if end < 0 else end, None)
             self.last = (0, b"", 0)
 
 
@@ -113,7 +115,11 @@ class RequestLog:
 
     def __init__(self) -> None:
         self.segments: list[RequestSums] = [RequestSums()]
-        self.details = False  # DEBUG detail lines are looked for once a request line was seen
+        # DEBUG detail lines are looked for once a request line was seen (one search less a block
+        # for every other log); until then the block before is kept: a request's details line
+        # comes just before its Received line, and may end the block before it
+        self.details = False
+        self.before: tuple[int, bytes] = (0, b"")
 
     def restart(self) -> None:
         self.segments[-1].close()
@@ -122,9 +128,15 @@ class RequestLog:
     def feed(self, first: int, block: bytes) -> None:
         sums = self.segments[-1]
         received = RECEIVED in block
-        self.details = self.details or received
+        if not self.details:
+            if not received:
+                self.before = (first, block)
+                return
+            self.details, (line, before), self.before = True, self.before, (0, b"")
+            if DETAILS in before:
+                self._lines(line, before, sums, DETAILS, self._details)
         # a details line comes before its request's Received line: read first, cited first
-        if self.details and DETAILS in block:
+        if DETAILS in block:
             self._lines(first, block, sums, DETAILS, self._details)
         if received:
             self._lines(first, block, sums, RECEIVED, self._received)
@@ -132,7 +144,6 @@ class RequestLog:
     def _lines(self, first: int, block: bytes, sums: RequestSums, needle: bytes, read) -> None:
         pos = block.find(needle)
         while pos >= 0:
-            start = block.rfind(b"\n", 0, pos) + 1
             end = block.find(b"\n", pos)
             end = len(block) if end < 0 else end
             sums.lines += 1
@@ -141,12 +152,12 @@ class RequestLog:
                 sums.unread += 1
             else:
                 if not sums.marks:
-                    sums.cite("first_request", first, block, start, end, None)
-                if isinstance(length, int) and length > sums.longest:
+                    sums.cite("first_request", first, block, pos, end, None)
+                if length is not None and length > sums.longest:
                     sums.longest = length
-                    sums.cite("longest_prompt", first, block, start, end, length)
+                    sums.cite("longest_prompt", first, block, pos, end, length)
                 if needle is RECEIVED:
-                    sums.last = (first, block, start)
+                    sums.last = (first, block, pos)
             pos = block.find(needle, end)
 
     def _received(self, block: bytes, at: int, end: int, sums: RequestSums):

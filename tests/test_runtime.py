@@ -207,9 +207,12 @@ def test_every_documented_wording_is_summed():
     for example in wordings:
         sink = TrafficAggregator()
         list(candidate_runs([(1, (example.text + "\n").encode())], sink))
-        summary = next((f for f in sink.facts() if isinstance(f, F.TrafficSummary)), None)
+        summary = next((f for f in sink.facts() if isinstance(f, (F.TrafficSummary, F.RequestLengths))), None)
         assert summary is not None, example.text
-        assert summary.lines == 1 or summary.retractions or summary.preemptions, example.text
+        if isinstance(summary, F.RequestLengths):  # a request line: its prompt's ids and its max_tokens
+            assert summary.requests == 1 and summary.prompt_lengths and summary.max_tokens, example.text
+        else:
+            assert summary.lines == 1 or summary.retractions or summary.preemptions, example.text
 
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.stem)
