@@ -18,6 +18,17 @@ def test_every_keyword_holds_an_anchor_and_there_are_few_enough():
         assert any(anchor in keyword.lower() for anchor in ANCHORS), keyword
 
 
+def test_the_short_anchors_are_searched_apart_and_every_anchor_is_searched():
+    """A short anchor in the long ones' automaton would shorten its prefilter's fingerprints."""
+    long_ones, short_ones = ({a for a in ANCHORS if len(a) >= source.SHORT_ANCHOR},
+                             {a for a in ANCHORS if len(a) < source.SHORT_ANCHOR})
+    assert short_ones and len(source._ANCHOR_SCANNERS) == 2
+    long_scanner, short_scanner = source._ANCHOR_SCANNERS
+    assert all(long_scanner.find_matches_as_indexes(a.encode()) for a in long_ones)
+    assert all(short_scanner.find_matches_as_indexes(a.encode()) for a in short_ones)
+    assert not any(long_scanner.find_matches_as_indexes(a.encode()) for a in short_ones)
+
+
 def test_too_many_keywords_share_their_common_word():
     keywords = [f"Free memory {n}x" for n in range(70)] + ["graph end", "graph begin"]
     assert anchors(keywords, limit=8) == ("graph begin", "graph end", "memory")
@@ -73,7 +84,7 @@ def _runs_of(log: bytes, blocks: int) -> list[tuple[int, bytes]]:
 def test_anchors_let_through_exactly_the_lines_the_whole_list_does(log, blocks):
     runs = _runs_of(log, blocks)
     with_anchors = list(candidate_runs(runs))
-    with mock.patch.object(source, "_ANCHOR_SCANNER", _WHOLE_LIST):
+    with mock.patch.object(source, "_ANCHOR_SCANNERS", (_WHOLE_LIST,)):
         assert with_anchors == list(candidate_runs(runs))
 
 
