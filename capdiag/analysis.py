@@ -9,6 +9,7 @@ from capdiag import facts as F
 from capdiag.engine import Firing, Knowledge, run
 from capdiag.errors import InputError
 from capdiag.failures import root_cause
+from capdiag.frozen import frozen
 from capdiag.launches import Launch, LaunchSplitter, Outline, ends_startup
 from capdiag.parsing import FRAMEWORKS, FrameworkVotes, framework_of, read_facts, worker_ranks
 from capdiag.gpus import gpu_input_facts
@@ -21,7 +22,7 @@ from capdiag.traffic import TrafficAggregator
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
-@attrs.frozen
+@frozen
 class Analysis:
     path: str
     framework: str
@@ -32,7 +33,7 @@ class Analysis:
     lines_read: int
 
 
-@attrs.frozen
+@frozen
 class Reading:
     """A log read: its framework, its line count, every launch outlined and the launches kept
     whole (the one to analyse, or all of them)."""

@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-import attrs
-
 from capdiag import facts as F
 from capdiag.analysis import Analysis, analyse
 from capdiag.errors import InputError
+from capdiag.frozen import frozen
 from capdiag.source import LogInput
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 from capdiag.whatif import parse_what_if
@@ -23,7 +22,7 @@ DEFAULT_FAIL_ON = "warning"
 WhatIfInput = Union[Mapping[str, Any], Sequence[str], None]
 
 
-@attrs.frozen
+@frozen
 class EvidenceLine:
     """One line a conclusion rests on: where (`line 12`, `nvidia-smi line 3`, `config.json`,
     `input`), its line number (0 for inputs), the input it came from, and its text."""
@@ -35,7 +34,7 @@ class EvidenceLine:
     kind: str
 
 
-@attrs.frozen
+@frozen
 class Category:
     """One row of the memory breakdown of the target rank."""
 
@@ -47,7 +46,7 @@ class Category:
     evidence: tuple[EvidenceLine, ...]
 
 
-@attrs.frozen
+@frozen
 class Finding:
     """A finding with its evidence chain: the conclusions it was drawn from, down to log lines."""
 
@@ -264,7 +263,7 @@ def report_of(path: str, **inputs: Any) -> dict[str, Any]:
     return explain(path, **inputs).to_dict()
 
 
-@attrs.frozen
+@frozen
 class Outcome:
     """One of many logs: its report, or the one-line error that stopped it (never both)."""
 

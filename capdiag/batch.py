@@ -9,9 +9,8 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-import attrs
-
 from capdiag.errors import InputError
+from capdiag.frozen import frozen
 from capdiag.parsing import build_parsers
 
 LOG_SUFFIXES = (".log", ".log.gz")
@@ -20,7 +19,7 @@ SUMMARY_COLUMNS = ("log", "model", "framework", "gpu", "tp", "weights_gib", "kv_
                    "error")
 
 
-@attrs.frozen
+@frozen
 class Item:
     """One log's outcome: its report (as data, the JSON contract) or the one-line error."""
 

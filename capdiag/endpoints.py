@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-import attrs
 import httpx
 
 from capdiag.errors import InputError
+from capdiag.frozen import frozen
 
 MAX_BODY = 64 << 20  # bytes read of one response
 
 
-@attrs.frozen
+@frozen
 class Response:
     path: str  # the path that answered
     status: int

@@ -35,9 +35,10 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 import attrs
 
 from capdiag import facts as F
+from capdiag.frozen import frozen
 
 
-@attrs.frozen
+@frozen
 class Unknown:
     """A value the inputs do not determine, with the reason. Never a zero, never a default."""
 
@@ -73,7 +74,7 @@ class Finding(Derived):
 Premise = Union[F.Fact, Derived]
 
 
-@attrs.frozen
+@frozen
 class Parts:
     """A finding as its rule words it. The rule states its identity once, in `@rule(name,
     code=, severity=, thresholds=)`; the engine adds the name and the default severity when it
@@ -94,7 +95,7 @@ class Parts:
                        severity=self.severity or r.severity or "info", title=self.title, action=self.action)
 
 
-@attrs.frozen
+@frozen
 class NotJudged:
     """A finding rule could not judge. `needed` pairs what an input is with its conclusion
     (None when nothing concluded it, or the reason it is missing)."""
@@ -130,7 +131,7 @@ class UndeclaredConclusion(Exception):
     """A rule concluded an identity its `concludes` does not declare."""
 
 
-@attrs.frozen
+@frozen
 class Topic:
     """A declared conclusion pattern: a whole topic (`key` None) or one key in it. A key also
     covers the family of tuple keys that start with it (`finding:rank-imbalance` covers
@@ -158,7 +159,7 @@ class Topic:
         return self.topic + (f":{self.key}" if self.key is not None else "") + ("?" if self.optional else "")
 
 
-@attrs.frozen
+@frozen
 class Rule:
     """A named pure function of a knowledge view; its docstring is its documentation.
 
@@ -340,7 +341,7 @@ class View(_FirstLast):
         return self._kb.settings(r)
 
 
-@attrs.frozen
+@frozen
 class Firing:
     rule: str
     conclusion: Derived

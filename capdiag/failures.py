@@ -17,10 +17,11 @@ from typing import Iterable, Optional
 import attrs
 
 from capdiag import facts as F
+from capdiag.frozen import frozen
 from capdiag.resources import reference_toml
 
 
-@attrs.frozen
+@frozen
 class Raised:
     """One exception of a launch, with the traceback that led to it."""
 
@@ -61,7 +62,7 @@ class Raised:
         return self.frames[-1] if self.frames else None
 
 
-@attrs.frozen
+@frozen
 class Cause:
     """A catalogue entry: what a root cause is called and what to do about it."""
 
@@ -72,7 +73,7 @@ class Cause:
     wording: dict  # the wording that matched (pattern, who, versions, example, source)
 
 
-@attrs.frozen
+@frozen
 class RootCause:
     raised: Raised
     cause: Optional[Cause]  # None: the exception is in no catalogue entry

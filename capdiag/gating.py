@@ -20,6 +20,7 @@ import attrs
 
 from capdiag.analysis import analyse
 from capdiag.errors import InputError
+from capdiag.frozen import frozen
 from capdiag.policy import SEVERITIES
 from capdiag.report import build
 from capdiag.rules import find_rule
@@ -62,7 +63,7 @@ def fingerprint(ident: dict[str, Any], finding: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
 
 
-@attrs.frozen
+@frozen
 class LogResult:
     path: str
     report: Optional[dict]
@@ -81,7 +82,7 @@ class LogResult:
             else "pass"
 
 
-@attrs.frozen
+@frozen
 class Verdict:
     fail_on: str
     results: tuple[LogResult, ...]

@@ -20,6 +20,7 @@ import attrs
 
 from capdiag import facts as F
 from capdiag.failures import RootCause, failure_of
+from capdiag.frozen import frozen
 from capdiag.parsing import with_launch
 
 # The kinds' own declarations (Fact.RANK_NEUTRAL, OPENS_LAUNCH, BEGINS_RANK, FAILS_STARTUP, PHASE).
@@ -43,7 +44,7 @@ def ends_startup(fact: F.Fact) -> bool:
         isinstance(fact, F.VllmStartupMemory) and bool(fact.error))
 
 
-@attrs.frozen
+@frozen
 class Launch:
     index: int  # 1-based, in file order
     facts: tuple[F.Fact, ...]
@@ -74,7 +75,7 @@ class Launch:
         return max(f.evidence.line for f in self.facts)
 
 
-@attrs.frozen
+@frozen
 class Outline:
     """What the report says of every launch, kept once its facts are let go."""
 

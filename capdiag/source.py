@@ -31,6 +31,7 @@ import attrs
 
 from capdiag.errors import InputError
 from capdiag.facts.kinds import KEYWORDS as FACT_KEYWORDS
+from capdiag.frozen import frozen
 from capdiag.lazyre import LazyPattern
 
 # Every line kind the grammars know contains one of these (tests/test_source.py checks it
@@ -193,7 +194,7 @@ MAX_LINE = 1 << 20  # bytes kept of one physical line; a longer one is cut, not 
 CHUNK = 1 << 20  # bytes read at a time
 
 
-@attrs.frozen
+@frozen
 class Line:
     number: int  # 1-based physical line number in the input
     text: str  # the cleaned text the grammar sees

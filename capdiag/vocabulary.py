@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-import attrs
+from capdiag.frozen import frozen
 
 GIB = 1 << 30
 
@@ -85,7 +85,7 @@ def attention_shape(cfg: dict) -> Optional[tuple[int, int]]:
     return heads, cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
-@attrs.frozen
+@frozen
 class KVCell:
     """One token's KV on one rank: its bytes, how they were counted, and the attention's shape."""
     bytes: float
@@ -134,7 +134,7 @@ def kv_cell(cfg: dict, element: float, attn_tp: int = 1, pp: int = 1) -> Optiona
     return KVCell(per_rank * (head_dim + v_head_dim) * layers * element, formula, "mha", layers, per_rank, copies)
 
 
-@attrs.frozen
+@frozen
 class ImpliedCell:
     """The bytes per token a printed KV size and token count imply, and the band the size's
     printed rounding leaves around it."""

@@ -7,13 +7,14 @@ are in GiB exactly as printed (SGLang's "GB" is bytes / 2**30); the `_gib` suffi
 from __future__ import annotations
 
 import functools
-import operator
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import attrs
 
+from capdiag.frozen import frozen
 
-@attrs.frozen
+
+@frozen
 class Evidence:
     """Where a fact was read: the line (1-based) and its text, the launch of the log it belongs
     to, and the input — `log`, `nvidia-smi`, `config.json`, or `input` for the command line
@@ -83,24 +84,8 @@ INPUT_LINE = 0  # Evidence.line of a fact from the command line or the reference
 PHASES = ("init", "weights", "kv_pool", "graph_capture", "ready")
 
 
-# attrs writes the source of an __init__, __repr__, __eq__ and __hash__ for each class it makes
-# and compiles it; for the ~80 line kinds that was a sixth of a small log's run. The kinds share
-# one __repr__, __eq__ and __hash__ (Fact's, below: the same results as attrs' own), so attrs
-# writes only each kind's __init__. Declare every fact class with this.
-frozen_fact = functools.partial(attrs.frozen, kw_only=True, repr=False, eq=False)
-
-
-@functools.cache
-def _names(cls: type, use: str) -> tuple[str, ...]:
-    """The attributes of `cls` that take part in `use` ("repr", "eq" or "hash"), as attrs decides."""
-    return tuple(a.name for a in attrs.fields(cls) if (a.eq if use == "hash" and a.hash is None else getattr(a, use)))
-
-
-@functools.cache
-def _getter(cls: type, use: str) -> Callable[[Any], tuple]:
-    """The values of those attributes of a fact, as one tuple."""
-    get = operator.attrgetter(*_names(cls, use))
-    return get if len(_names(cls, use)) > 1 else lambda fact: (get(fact),)
+# Every fact class is declared with this (capdiag.frozen: attrs writes only its __init__).
+frozen_fact = functools.partial(frozen, kw_only=True)
 
 
 @frozen_fact
@@ -142,25 +127,6 @@ class Fact:
     @property
     def kind(self) -> str:
         return type(self).__name__
-
-    # attrs' own methods, written once for every kind (see frozen_fact)
-    def __repr__(self) -> str:
-        cls = type(self)
-        values = ", ".join(f"{name}={value!r}" for name, value in zip(_names(cls, "repr"), _getter(cls, "repr")(self)))
-        return f"{cls.__qualname__.rsplit('>.', 1)[-1]}({values})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        values = _getter(self.__class__, "eq")
-        return values(self) == values(other)
-
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    def __hash__(self) -> int:
-        return hash((self.__class__, *_getter(self.__class__, "hash")(self)))
 
 
 # ---- lines both frameworks print ---------------------------------------------------------

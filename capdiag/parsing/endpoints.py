@@ -10,16 +10,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Optional
 
-import attrs
-
 from capdiag import facts as F
+from capdiag.frozen import frozen
 from capdiag.parsing.prometheus import Sample
 
 # /server_info keys that are not server arguments (the scheduler's figures, per-DP states)
 _NOT_ARGS = {"internal_states", "version", "max_total_num_tokens", "max_req_input_len", "status", "tokenizer_info"}
 
 
-@attrs.frozen
+@frozen
 class Readings:
     """When a server's endpoints were read: a name for each reading (the UTC time it was taken,
     or a saved scrape's file name and stated time), and the seconds from the first to the last

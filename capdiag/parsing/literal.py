@@ -9,9 +9,9 @@ import re
 from functools import lru_cache
 from typing import Any, Optional
 
-import attrs
 from lark import Lark, Transformer, UnexpectedInput
 
+from capdiag.frozen import frozen
 from capdiag.parsing.lalr import lalr_parser
 
 
@@ -21,7 +21,7 @@ _QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?""")
 _BRACKET = re.compile(r"[()\[\]{}]")
 
 
-@attrs.frozen
+@frozen
 class Elided:
     """`...` standing where a paste left values out."""
 
@@ -29,7 +29,7 @@ class Elided:
         return "..."
 
 
-@attrs.frozen
+@frozen
 class Call:
     """A nested repr such as `PhaseConfig(backend='full', max_bs=256)`."""
 
@@ -38,7 +38,7 @@ class Call:
     kwargs: dict
 
 
-@attrs.frozen
+@frozen
 class ParsedMapping:
     fields: dict[str, Any]
     style: str  # "repr" for Name(k=v, ...), "dict" for {'k': v, ...}

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-import attrs
 from lark import Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
 from capdiag import facts as F
+from capdiag.frozen import frozen
 
 
-@attrs.frozen
+@frozen
 class Parsed:
     """A parsed line before it is tied to its evidence."""
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-import attrs
 from prometheus_client.parser import text_string_to_metric_families
 
 from capdiag.errors import InputError
+from capdiag.frozen import frozen
 
 PREFIXES = ("ray_vllm:", "ray_vllm_", "vllm:", "vllm_", "sglang:", "sglang_")
 # canonical name <- the names it has had, newest first. A scrape may export an old name beside
@@ -64,7 +64,7 @@ for _new, _olds in HISTOGRAMS.items():
     _CANONICAL.update({old + part: (_new + part, rank) for rank, old in enumerate(_olds) for part in HISTOGRAM_PARTS})
 
 
-@attrs.frozen
+@frozen
 class Sample:
     name: str  # canonical
     read_as: str  # the metric name in the scrape

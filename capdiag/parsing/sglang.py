@@ -14,6 +14,7 @@ import attrs
 from lark import Lark, Token, Transformer
 
 from capdiag import facts as F
+from capdiag.frozen import frozen
 from capdiag.parsing.bounds import OutOfRange
 from capdiag.parsing.literal import MAX_DIGITS, parse_call_or_dict
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
@@ -21,7 +22,7 @@ from capdiag.parsing.prose import read_oom_message
 from capdiag.parsing.lalr import lalr_parser
 
 
-@attrs.frozen
+@frozen
 class Quantity:
     value: float | int
     unit: Optional[str]
