@@ -23,8 +23,7 @@ from capdiag.analysis import analyse
 from capdiag.engine import Derived, Knowledge, run
 from capdiag.render import render
 from capdiag.report import build
-from capdiag.rules import ALL, FINDINGS, PLAN, rules_for
-from capdiag.rules.diff.rules import DIFF_RULES
+from capdiag.rules import ALL, DIFF, FINDINGS, PLAN, rules_for
 from helpers import FIXTURES, SHARED
 from capdiag.whatif import parse_what_if
 from test_rule_cases import CASES, parse_args
@@ -130,11 +129,11 @@ def test_every_conclusion_cites_what_its_rule_read_and_one_pass_is_the_fixpoint(
 
 
 def test_every_rule_declares_what_it_concludes_and_every_set_is_well_formed():
-    for r in ALL + PLAN + DIFF_RULES:
+    for r in ALL + PLAN + DIFF:
         assert r.concludes, f"{r.name} declares no conclusions"
     for r in FINDINGS:
         assert r.concludes == (f"finding:{r.name}", f"not_judged:{r.name}"), r.name
-    for rules in (rules_for("sglang"), rules_for("vllm"), PLAN, DIFF_RULES):
+    for rules in (rules_for("sglang"), rules_for("vllm"), PLAN, DIFF):
         assert len(engine.order(rules)) == len(rules)
 
 
