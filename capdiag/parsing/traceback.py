@@ -13,9 +13,6 @@ from capdiag.parsing.parsed import Parsed
 from capdiag.parsing.process_tag import read_tag
 from capdiag.parsing.lalr import lalr_parser
 
-_SG_TAG = re.compile(r"\b(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)\b")
-
-
 class _Lines(Transformer):
     def header(self, items):
         """(process label, rank, pid): the innermost vLLM/Ray tag, or SGLang's rank tags (`main`
@@ -24,14 +21,19 @@ class _Lines(Transformer):
         if tags:
             tag = read_tag(tags[-1])
             return tag.label, tag.rank, tag.pid
-        prefix = next((str(t) for t in items if isinstance(t, Token) and t.type == "SG_PREFIX"), None)
-        if prefix is None:
+        found = next((i for i in items if isinstance(i, list)), None)  # the SGLang prefix's tags
+        if found is None:
             return None, F.NO_RANK, None
-        found = _SG_TAG.findall(prefix)
         if not found:
             return "main", F.NO_RANK, None
         rank = F.Rank(**{k.lower(): int(v) for k, v in found})
         return " ".join(k + v for k, v in found), rank, None
+
+    def sg_prefix(self, items):
+        return [i for i in items if isinstance(i, tuple)]
+
+    def sg_tag(self, items):
+        return str(items[0]), str(items[1])
 
     def level_part(self, _):
         return None

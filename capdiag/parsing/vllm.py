@@ -35,6 +35,13 @@ _IN_USE_BEFORE = (("in use is", "kv_in_use"),)
 _UTILIZATION_QUOTED_AFTER = ("--gpu-memory-utilization=", "--gpu-memory-utilization to", "from")
 # the engine generation `Initializing a V1 LLM engine` names (none before 0.8)
 _ENGINES = {"V0": "V0", "V1": "V1"}
+# `Auto set (K/N) GiB …` or `Explicitly set (K/N) GiB …` (VLLM_CPU_KVCACHE_SPACE)
+_CPU_KV_MODES = {"CPU_KV_AUTO": "auto", "CPU_KV_EXPLICIT": "explicit"}
+_CPU_KV_AFTER = (("gib requested", "requested_gib"), ("requested memory", "requested_gib"),
+                 ("gib memory was consumed", "non_kv_gib"), ("memory was consumed", "non_kv_gib"))
+# `rank R in world size W is assigned as DP rank d, PP rank p, [PCP rank c, ]TP rank t[, EP rank e|N/A]`
+_ASSIGNED_BEFORE = (("in world size", "world_size"), ("dp rank", "dp"), ("pp rank", "pp"), ("tp rank", "tp"),
+                    ("ep rank", "ep"))
 
 
 class _Lines(Transformer):
@@ -253,24 +260,19 @@ class _Lines(Transformer):
         """`(K/N) GiB for KV cache on node I`, then (auto) `with R GiB requested …`, `U GiB … non-kv`."""
         tokens = items[-1]
         numbers = [split_quantity(str(t))[0] for t in tokens if t.type == "PNUM"]
-        text = "".join(str(t) for t in tokens)
-        if len(numbers) < 3 or "for KV cache on node" not in text:
+        node = name_numbers(tokens, "PNUM", (("for kv cache on node", "node"),), (), {}).get("node")
+        if len(numbers) < 3 or node is None:
             return None
-        values = {"kv_gib": numbers[0], "node_total_gib": numbers[1], "node": int(numbers[2]),
-                  "mode": "auto" if str(items[0]).startswith("Auto") else "explicit"}
-        values.update(name_numbers(tokens, "PNUM", (), (("gib requested", "requested_gib"),
-                                                         ("requested memory", "requested_gib"),
-                                                         ("gib memory was consumed", "non_kv_gib"),
-                                                         ("memory was consumed", "non_kv_gib")),
-                                   {"requested_gib": "GiB", "non_kv_gib": "GiB"}))
+        values = {"kv_gib": numbers[0], "node_total_gib": numbers[1], "node": int(node),
+                  "mode": _CPU_KV_MODES[items[0].type]}
+        values.update(name_numbers(tokens, "PNUM", (), _CPU_KV_AFTER, {"requested_gib": "GiB", "non_kv_gib": "GiB"}))
         return (F.VllmCpuKVSpace, values)
 
     def rank_assignment(self, items):
-        text = str(items[0])
-        numbers = re.match(r"rank (\d+) in world size (\d+)", text)
-        parts = {name.lower(): int(value) for name, value in re.findall(r"\b(DP|PP|TP|EP) rank (\d+)", text)}
-        return (F.VllmRankAssignment, {"global_rank": int(numbers.group(1)), "world_size": int(numbers.group(2)),
-                                       **parts})
+        tokens = items[-1]
+        numbers = [t for t in tokens if t.type == "PNUM"]
+        named = name_numbers(tokens, "PNUM", _ASSIGNED_BEFORE, (), {})
+        return (F.VllmRankAssignment, {"global_rank": int(str(numbers[0])), **{k: int(v) for k, v in named.items()}})
 
     # ---- other backends: each names its figures in its own words, mapped onto the profiling record
     _XPU_BEFORE = (("total gpu memory:", "total_gpu_memory_gib"), ("model load takes", "weights_gib"),
@@ -281,7 +283,7 @@ class _Lines(Transformer):
         """`Before memory profiling run, total GPU memory: T MB, model load takes W MB, free gpu
         memory is F MB.` and `After memory profiling run, peak memory usage is P MB,torch mem is
         … MB, non-torch mem is N MB, …` (XPU, 0.9-0.11; MB are bytes / 2^20: MiB)."""
-        after = str(items[0]).startswith("After")
+        after = items[0].type == "XPU_AFTER_PROFILE"
         values = name_numbers(items[-1], "PNUM", self._XPU_BEFORE, (), {k: "GiB" for _, k in self._XPU_BEFORE})
         values = {(f"{k[:-4]}_after_profile_gib" if k == "free_gib" and after else k): v for k, v in values.items()}
         return (F.VllmMemoryProfile, {"values": values, "form": "xpu"}) if values else None
@@ -294,7 +296,7 @@ class _Lines(Transformer):
         values = name_numbers(tokens, "PNUM", (), (("of device memory", "device_gib"), ("used", "total_gpu_memory_gib")),
                               {"device_gib": "GiB", "total_gpu_memory_gib": "GiB"})
         out = []
-        if str(items[0]).startswith("Loading model weights") and "device_gib" in values:
+        if items[0].type == "HPU_WEIGHTS_TOOK" and "device_gib" in values:
             out.append((F.VllmModelLoading, {"gib": values["device_gib"], "unit": "GiB"}))
         if "total_gpu_memory_gib" in values:
             out.append((F.VllmMemoryProfile, {"values": {"total_gpu_memory_gib": values["total_gpu_memory_gib"]},
