@@ -140,3 +140,13 @@ def test_every_rule_declares_what_it_concludes_and_every_set_is_well_formed():
 def test_fixtures_and_cases_are_all_here():
     assert len(INPUTS) >= len(list(FIXTURES.glob("*.log"))) + len(list(CASES.glob("*/*.log")))
     assert all(Path(p.values[0]).exists() for p in INPUTS)
+
+
+def test_speculative_draft_memory_cites_the_target_rows_it_divides_by():
+    """Its share of model memory is the draft rows over the target's weights, KV and graph rows:
+    all six are its premises, so the chain shows both sides of the division."""
+    a = analyse(str(Path(__file__).resolve().parent / "rule_cases" / "speculative-draft-memory" / "fires.log"))
+    finding = a.knowledge.get("finding", "speculative-draft-memory")
+    cited = {(p.topic, p.key) for p in finding.premises if isinstance(p, Derived)}
+    assert {("breakdown", k) for k in ("weights", "kv_cache", "cuda_graph", "draft_weights", "draft_kv_cache",
+                                        "draft_cuda_graph")} <= cited
