@@ -6,9 +6,9 @@ Each rule is a short pure function of the knowledge base; its docstring is its d
 carry a stable code and slug. Each framework has its own reading of the memory lines; the
 rest is shared.
 """
-from capdiag.rules.derive import (breakdown, concurrency, config, failure_cause, gpu, kv_pool, kv_theory, nvidia_smi,
-                                  observed, pool_cap, ranks, runtime, stand_in, startup_phase, target_rank, vllm_breakdown,
-                                  vllm_capacity, vllm_config, weights_theory, worker_ranks)
+from capdiag.rules.derive import (breakdown, concurrency, config, device, failure_cause, gpu, kv_pool, kv_theory,
+                                  nvidia_smi, observed, pool_cap, ranks, runtime, stand_in, startup_phase, target_rank,
+                                  vllm_breakdown, vllm_capacity, vllm_config, weights_theory, worker_ranks)
 from capdiag.rules.findings import (context_exceeds_kv, cuda_graph_estimate_off, cuda_graph_heavy,
                                     deepgemm_jit_suspected, dp_attention_budget, excess_headroom, fp8_kv_opportunity,
                                     gpu_capacity_ambiguous, kernel_cache_cold, kv_capacity_binds, kv_head_replication,
@@ -24,6 +24,7 @@ from capdiag.rules.what_if import projection as what_if
 SGLANG = (
     config.config,
     config.mem_fraction,
+    device.device,
     breakdown.weights,
     breakdown.kv_cache,
     breakdown.cuda_graph,
