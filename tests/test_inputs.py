@@ -256,9 +256,9 @@ def test_gpu_total_gib_beats_nvidia_smi():
 
 
 def test_nominal_fallback_is_flagged():
-    # Ascend 910B: the reference has no observed total, only the vendor's 64 GB (MI325X's 256 is
+    # Hygon K100_AI: the reference has no observed total, only the vendor's 64 GB (MI325X's 256 is
     # GiB in its source: test_a_nominal_size_the_vendor_states_in_gib_is_not_converted_from_gb)
-    g = gpu_of(gpu="ascend910b")
+    g = gpu_of(gpu="k100_ai")
     assert g["total_source"] == "nominal"
     assert g["total_gib"] == round(64e9 / GIB, 2) == 59.6
     assert "NOMINAL" in g["total_derivation"]
@@ -474,9 +474,19 @@ def test_chinese_accelerators_carry_their_sources_and_stay_nominal():
     entries = {e["alias"]: e for e in gpu_specs()}
     assert entries["ascend910c"]["vendor_nominal_gb"] == 128 and entries["mtt_s4000"]["vendor_nominal_gb"] == 48
     for alias in ("ascend910c", "mtt_s4000"):
-        assert entries[alias]["source_url"].startswith("https://") and entries[alias]["observed_total_mib"] == []
+        assert entries[alias]["source_url"].startswith("https://")
+    assert entries["mtt_s4000"]["observed_total_mib"] == []
     rep = build(analyse(LOG_SINGLE, gpu="mtt-s4000"))
     assert rep["gpu"]["total_gib"] == round(48e9 / (1 << 30), 2) and rep["gpu"]["total_source"] == "nominal"
+
+
+@pytest.mark.parametrize("alias", ["910b", "910c"])
+def test_an_ascend_device_is_one_die_of_64_gib_as_npu_smi_reports_it(alias):
+    """npu-smi prints 65536 MB of HBM per 910B, and per die of a 910C (A3 hosts list each package
+    as two chips): a rank's total is 64 GiB, not the 910C package's 128 GB."""
+    rep = build(analyse(LOG_SINGLE, gpu=alias))
+    assert (rep["gpu"]["total_gib"], rep["gpu"]["total_source"]) == (64.0, "reference")
+    assert rep["gpu"]["alias"] == "ascend" + alias and "gpu-capacity-ambiguous" not in {f["rule"] for f in rep["findings"]}
 
 
 @pytest.mark.parametrize("spelling, alias", [
