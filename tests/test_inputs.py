@@ -476,8 +476,19 @@ def test_chinese_accelerators_carry_their_sources_and_stay_nominal():
     for alias in ("ascend910c", "mtt_s4000"):
         assert entries[alias]["source_url"].startswith("https://")
     assert entries["mtt_s4000"]["observed_total_mib"] == []
-    rep = build(analyse(LOG_SINGLE, gpu="mtt-s4000"))
+    rep = build(analyse(VLLM_TP2, gpu="mtt-s4000"))  # a log whose free readings fit in 48 GB
     assert rep["gpu"]["total_gib"] == round(48e9 / (1 << 30), 2) and rep["gpu"]["total_source"] == "nominal"
+
+
+def test_a_nominal_total_below_the_free_memory_the_log_reports_is_not_used(tmp_path):
+    """K100_AI's 64 GB as decimal GB is 59.6 GiB; a log that has 78.5 GiB free before the weights
+    contradicts it (Hygon's GB are binary, or the GPU is another): the total stays unknown, so no
+    negative framework row is drawn from it."""
+    rep = build(analyse(sglang_log(tmp_path, "Qwen/Qwen3-8B", 1, "auto"), gpu="k100_ai"))
+    assert rep["gpu"]["total_gib"] is None
+    assert "less than the 78.5 GiB the log reports free (line 2)" in rep["gpu"]["total_derivation"]
+    framework = row(rep, "framework")
+    assert framework["gib"] is None and "nominal 64 GB (59.6 GiB)" in framework["derivation"]
 
 
 @pytest.mark.parametrize("alias", ["910b", "910c"])
@@ -506,7 +517,7 @@ def test_hygon_dcus_use_the_measured_total_where_one_was_seen_and_say_nominal_ot
     z = build(analyse(LOG_SINGLE, gpu="z100l"))["gpu"]
     assert (z["total_gib"], z["total_source"]) == (round(32752 / 1024, 2), "reference")
     for alias, gb in (("hygon_k100_ai", 64), ("hygon_bw1100", 144)):
-        rep = build(analyse(LOG_SINGLE, gpu=alias))
+        rep = build(analyse(VLLM_TP2, gpu=alias))  # LOG_SINGLE's 78.5 GiB free would contradict 64 GB
         assert rep["gpu"]["total_source"] == "nominal" and rep["gpu"]["total_gib"] == round(gb * 1e9 / (1 << 30), 2)
         assert "gpu-capacity-ambiguous" in {f["rule"] for f in rep["findings"]}
     from capdiag.gpus import gpu_specs
