@@ -428,6 +428,7 @@ def test_documented_query_alone_gives_total_framework_and_other(tmp_path):
     ("5070-ti", "rtx5070ti"), ("a6000", "rtx_a6000"), ("A40", "a40"), ("4090D", "rtx4090d"), ("rtx4080", "rtx4080"),
     ("rtx5080", "rtx5080"), ("mi300a", "mi300a"), ("910B", "ascend910b"), ("gb10", "gb10_dgx_spark"),
     ("910C", "ascend910c"), ("Ascend-910C", "ascend910c"), ("MTT S4000", "mtt_s4000"), ("s4000", "mtt_s4000"),
+    ("MTT_S5000", "mtt_s5000"), ("s5000", "mtt_s5000"),
     ("h100-nvl", "h100_nvl"), ("GH200", "gh200"), ("MI325X", "mi325x"), ("mi355x", "mi355x"), ("l40s", "l40s"),
 ])
 def test_gpu_spellings(spelling, alias):
