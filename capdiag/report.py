@@ -13,14 +13,13 @@ from capdiag.analysis import Analysis
 from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, evidence_chain
 from capdiag.observed import with_contract_keys
 from capdiag.parsing import framework_of
-from capdiag.rules import FINDING_RULES
+from capdiag.rules import DIFF, FINDING_RULES
+from capdiag.rules.diff.driver import compare
 from capdiag.rules.derive.stand_in import STAND_IN_KINDS
-from capdiag.vocabulary import BREAKDOWN, SEGMENTS
+from capdiag.vocabulary import BREAKDOWN, CONFIG_KEYS, SEGMENTS
 
 SCHEMA = "capdiag.report/1"
-CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
-               "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
-               "max_running_requests", "page_size", "block_size", "quantization")
+DIFF_SCHEMA = "capdiag.diff/1"
 MAX_UNREAD = 50  # lines not read, listed in the report (the first ones)
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -262,6 +261,22 @@ def build(a: Analysis) -> dict[str, Any]:
 
 
 # The findings that say what stopped a start-up, most specific first.
+def build_diff(before: Analysis, after: Analysis) -> dict[str, Any]:
+    """`capdiag diff`'s report: the diff rules' conclusions on two analyses, each row with its
+    evidence on both sides."""
+    kb = compare(DIFF, before.knowledge, after.knowledge)
+
+    def rows(topic):
+        return [{"key": d.key, **d.value, "derivation": d.formula, "evidence": evidence(d)}
+                for d in kb.topic(topic)]
+
+    return {"schema": DIFF_SCHEMA,
+            "before": {"path": before.path, "framework": before.framework, "launch": before.launch.index},
+            "after": {"path": after.path, "framework": after.framework, "launch": after.launch.index},
+            "config": rows("diff_config"), "memory": rows("diff_memory"), "kv_pool": rows("diff_kv_pool"),
+            "concurrency": rows("diff_concurrency"), "findings": rows("diff_finding")}
+
+
 _STOPPERS = ("startup-failed", "out-of-memory", "utilization-too-high", "weights-exceed-budget", "startup-incomplete")
 
 
