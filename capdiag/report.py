@@ -61,11 +61,30 @@ def main_evidence(d: Derived) -> Optional[dict[str, Any]]:
     return {"line": e.line, "source": e.source, "where": where(e), "text": e.text}
 
 
-def because(d: Derived) -> list[dict[str, Any]]:
-    """The derived premises of a conclusion, one level deep (their own chains are in `evidence`)."""
+def because(d: Derived, ranks: dict[tuple, F.Rank]) -> list[dict[str, Any]]:
+    """The derived premises of a conclusion, one level deep (their own chains are in `evidence`);
+    a premise about one rank names it by its label."""
     return [{"rule": p.rule, "topic": p.topic, "key": p.key if not isinstance(p.key, tuple) else list(p.key),
-             "value": _value(p), "unknown": _reason(p), "formula": p.formula}
+             "rank": _premise_rank(p, ranks), "value": _premise_value(p), "unknown": _reason(p), "formula": p.formula}
             for p in d.premises if isinstance(p, Derived)]
+
+
+def _premise_rank(p: Derived, ranks: dict[tuple, F.Rank]) -> Optional[str]:
+    """The label of the rank a conclusion is about: the rank it names (a run-time summary's), or
+    the rank its key is; None for a conclusion about no one rank."""
+    rank = p.detail.get("rank")
+    if isinstance(rank, F.Rank):
+        return rank.label if rank.tagged else "TP0"
+    return _label_of(p.key, ranks) if isinstance(p.key, tuple) and len(p.key) == 4 else None
+
+
+def _premise_value(p: Derived) -> Any:
+    """A premise's value; a run-time summary's without its series (the report's `runtime.series`
+    holds it: a premise repeats the summary's figures, not its picture)."""
+    value = _value(p)
+    if p.topic == "runtime" and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "series"}
+    return value
 
 
 def _tagged_ranks(facts: list[F.Fact]) -> dict[tuple, F.Rank]:
@@ -164,7 +183,7 @@ def build(a: Analysis) -> dict[str, Any]:
                          "key": d.key[1] if isinstance(d.key, tuple) else None,
                          "title": d.title, "message": d.message, "action": d.action,
                          "rank": _label_of(target, tagged) if target is not None else None,
-                         "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
+                         "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d, tagged),
                          "detail": d.detail})
 
     fired = {f["rule"] for f in findings}
