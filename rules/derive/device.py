@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, rule
-from capdiag.rules._common import command_option, is_vllm
+from capdiag.rules._common import command_option
 
 # What `avail mem=` means on each device, from `get_available_gpu_memory` (sglang/srt/utils):
 # None where it is the device's free memory (`mem_get_info`: CUDA, ROCm/HIP and Hygon DCU,
@@ -15,8 +15,8 @@ AVAIL_MEANING = {
 }
 
 
-@rule("device",
-      reads=(F.ServerArgs, F.LaunchCommand, F.GraphCaptureBegin, F.GraphCaptureEnd, F.Options),
+@rule("device", frameworks=("sglang",),
+      reads=(F.ServerArgs, F.LaunchCommand, F.GraphCaptureBegin, F.GraphCaptureEnd),
       concludes=("device:name",))
 def device(kb):
     """What it concludes: `device.name`: the device an SGLang server ran on (`cuda`, `npu`,
@@ -29,8 +29,6 @@ def device(kb):
     `framework` unknown and no advice rests on the free memory.
 
     Example: `server_args=ServerArgs(…, device='xpu', …)`: avail mem is total − allocated."""
-    if is_vllm(kb):
-        return
     stated = None
     args = kb.first(F.ServerArgs, role=None)
     if args is not None and isinstance(args.fields.get("device"), str):
