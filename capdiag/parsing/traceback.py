@@ -76,15 +76,34 @@ def _parser() -> Lark:
     return lalr_parser("traceback.lark", lexer="contextual")
 
 
-# Every body the grammar reads holds one of these words (its terminals spell them so, case
-# and all): a line without any is no traceback piece, and is not handed to the parser, whose
-# failing on a line costs ~50 times this search.
-_BODY_WORD = re.compile(r"Traceback|File|xception|Error|Exit|Interrupt|Failure|Timeout|sigquit|Killed|Value error")
+def _alternatives(names) -> str:
+    return "|".join(f"(?:{n})" for n in names)
+
+
+@lru_cache(maxsize=1)
+def _shape() -> re.Pattern:
+    """The shape every line the grammar reads has, as one regular expression built from the
+    grammar's own terminals: `start: header? body`, the header as the grammar spells it, the
+    body opening with a terminal the parse table accepts after a header. A line a parse would
+    accept always matches it (each token matches its terminal, blanks between them are the
+    ignored `[ \t]*`), so a line that does not is no traceback piece and never reaches the
+    parser, whose failing on a line costs ~50 times this match (a million warnings that name
+    an exception or a timeout, as a server under a failing client prints for hours)."""
+    parser = _parser()
+    term = {t.name: t.pattern.to_regexp() for t in parser.terminals}
+    table = parser.parser.parser.parser.parse_table
+    after_header = table.states[table.start_states["start"]]["header"][1]
+    body = _alternatives(term[name] for name in table.states[after_header] if name in term)
+    gap = r"[ \t]*"
+    level = f"(?:{term['LEVEL']}(?:{gap}{term['STAMP']})?(?:{gap}{term['LOC']})?|{term['STAMP']}(?:{gap}{term['LOC']})?)"
+    header = (f"(?:{term['PROC_TAG']}(?:{gap}{term['PROC_TAG']})*(?:{gap}{level})?|{level}"
+              f"|{term['SG_PREFIX']}(?:{gap}{term['SG_ORIGIN']})?)")
+    return re.compile(f"{gap}(?:{header}{gap})?(?:{body})")
 
 
 def parse_traceback_line(text: str) -> Optional[Parsed]:
     """The traceback piece a line is, or None."""
-    if _BODY_WORD.search(text) is None:
+    if _shape().match(text) is None:
         return None
     try:
         return _Lines().transform(_parser().parse(text))
