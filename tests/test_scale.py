@@ -16,6 +16,7 @@ from capdiag.analysis import analyse, read_launches
 from capdiag.api import explain
 from capdiag.parsing import sglang, traceback
 from capdiag.render import JSON_PIECE, render_pieces
+from capdiag.report import EVIDENCE_RANKS
 from capdiag.traffic import TrafficAggregator
 
 
@@ -48,8 +49,14 @@ def test_two_thousand_ranks_share_their_parses_and_are_all_reported(tmp_path, mo
     assert len(report["ranks"]) == 2000 and report["source"]["launches"] == 1
     assert {r["label"] for r in report["ranks"]} == {f"DP{n // 8} TP{n % 8}" for n in range(2000)}
     assert all(r["observed"]["kv_tokens"] == 415615 for r in report["ranks"])
-    # every rank's lines but the graph batch list (no fact), the record and the token budget line
-    assert len(report["framework_evidence"]) == 2000 * (per_rank - 1) + 2
+    # the lines of the first 64 ranks (DP0 TP0, the target, first) but the graph batch list (no
+    # fact), and the untagged record and token budget line; the other ranks' lines are counted
+    listed = report["framework_evidence"]
+    assert len(listed) == EVIDENCE_RANKS * (per_rank - 1) + 2
+    assert {e["rank"] for e in listed} - {None} == {f"DP{n // 8} TP{n % 8}" for n in range(EVIDENCE_RANKS)}
+    assert [e["line"] for e in listed] == sorted(e["line"] for e in listed)
+    omitted = report["framework_evidence_omitted"]
+    assert (omitted["lines"], omitted["ranks"]) == ((2000 - EVIDENCE_RANKS) * (per_rank - 1), 2000 - EVIDENCE_RANKS)
 
 
 def _peak(read) -> int:
@@ -91,6 +98,32 @@ def test_memory_per_rank_is_bounded(tmp_path):
     a, b = _peak(lambda: read_launches(small)), _peak(lambda: read_launches(large))
     per_line = (b - a) / (600 * len(scale_logs._per_rank()))
     assert per_line < 700, per_line  # the line's text, its fact and evidence; one Rank per rank
+
+
+def test_the_target_ranks_lines_are_listed_first_and_the_text_report_says_what_is_left_out(tmp_path):
+    report = explain(_log(tmp_path, "ranks.log", scale_logs.many_ranks(800)), target_rank="DP90 TP3")
+    data = report.to_dict()
+    ranks = {e["rank"] for e in data["framework_evidence"]} - {None}
+    assert "DP90 TP3" in ranks and len(ranks) == EVIDENCE_RANKS
+    omitted = data["framework_evidence_omitted"]
+    assert omitted["ranks"] == 800 - EVIDENCE_RANKS
+    assert f"and {omitted['lines']} more lines of {omitted['ranks']} other ranks, not listed" in report.render("text")
+
+
+def test_a_reports_memory_per_rank_is_bounded(tmp_path):
+    """The whole report (facts, conclusions, the report's data) per rank, not only the reading."""
+    small = _log(tmp_path, "small.log", scale_logs.many_ranks(200))
+    large = _log(tmp_path, "large.log", scale_logs.many_ranks(1000))
+
+    def written(log):  # as `explain --format json -o FILE` writes it
+        for _ in explain(log).render_pieces("json"):
+            pass
+    written(small)
+    a, b = _peak(lambda: written(small)), _peak(lambda: written(large))
+    per_rank = (b - a) / 800
+    # nine lines a rank (~3.3 KB: text, fact, evidence), its observed figures, bars and table
+    # row in the knowledge base and in the report; the listed evidence is capped
+    assert per_rank < 9000, per_rank
 
 
 def test_traffic_of_launches_no_longer_analysed_is_dropped(tmp_path, monkeypatch):
