@@ -479,6 +479,37 @@ def test_chinese_accelerators_carry_their_sources_and_stay_nominal():
     assert rep["gpu"]["total_gib"] == round(48e9 / (1 << 30), 2) and rep["gpu"]["total_source"] == "nominal"
 
 
+@pytest.mark.parametrize("spelling, alias", [
+    ("K100_AI", "hygon_k100_ai"), ("k100-ai", "hygon_k100_ai"), ("K100", "hygon_k100"), ("bw1000", "hygon_bw1000"),
+    ("BW200", "hygon_bw1000"), ("BW1000 64G", "hygon_bw1000"), ("bw1100", "hygon_bw1100"), ("Z100L", "hygon_z100l"),
+])
+def test_hygon_dcu_spellings(spelling, alias):
+    rep = build(analyse(LOG_SINGLE, gpu=spelling))
+    assert rep["gpu"]["alias"] == alias and not rep["gpu"]["ambiguous"]
+
+
+def test_hygon_dcus_use_the_measured_total_where_one_was_seen_and_say_nominal_otherwise():
+    """BW1000 and Z100L have a device-reported total (hy-smi 65520 MiB, rocminfo 32752 MiB);
+    K100_AI and BW1100 only the vendor's GB, converted and marked nominal."""
+    bw = build(analyse(LOG_SINGLE, gpu="bw1000"))["gpu"]
+    assert (bw["total_gib"], bw["total_source"]) == (round(65520 / 1024, 2), "reference")
+    z = build(analyse(LOG_SINGLE, gpu="z100l"))["gpu"]
+    assert (z["total_gib"], z["total_source"]) == (round(32752 / 1024, 2), "reference")
+    for alias, gb in (("hygon_k100_ai", 64), ("hygon_bw1100", 144)):
+        rep = build(analyse(LOG_SINGLE, gpu=alias))
+        assert rep["gpu"]["total_source"] == "nominal" and rep["gpu"]["total_gib"] == round(gb * 1e9 / (1 << 30), 2)
+        assert "gpu-capacity-ambiguous" in {f["rule"] for f in rep["findings"]}
+    from capdiag.gpus import gpu_specs
+    for e in (e for e in gpu_specs() if e["alias"].startswith("hygon_")):
+        assert e["source_url"] and (e["observed_source"] or not e["observed_total_mib"])
+
+
+def test_the_hip_device_name_of_a_bw1000_matches_its_entry():
+    from capdiag.gpus import match_name
+    assert [e["alias"] for e in match_name("BW200, UBB BW1000")] == ["hygon_bw1000"]
+    assert [e["alias"] for e in match_name("K100_AI 64GB")] == ["hygon_k100_ai"]
+
+
 # ---- nvidia-smi: MIG instances and the processes holding GPU memory --------------------------------
 
 VLLM_MIG = fixture("vllm_v0111_mig.log")
