@@ -126,6 +126,29 @@ def test_a_reports_memory_per_rank_is_bounded(tmp_path):
     assert per_rank < 9000, per_rank
 
 
+def test_tracebacks_after_ready_are_kept_up_to_a_bound_and_counted(tmp_path):
+    from capdiag.launches import AFTER_END
+    # four lines of each traceback are pieces: past the bound in both, and both past the size
+    # at which the reader's buffers stop growing (a few read chunks)
+    small = _log(tmp_path, "small.log", scale_logs.tracebacks_after_ready(AFTER_END))
+    large = _log(tmp_path, "large.log", scale_logs.tracebacks_after_ready(2 * AFTER_END))
+    read_launches(small)
+    a, b = _peak(lambda: read_launches(small)), _peak(lambda: read_launches(large))
+    assert b < a + (1 << 20), (a, b)  # 4,096 tracebacks more (28,672 lines): counted, not kept
+    launch = read_launches(large).launches[0]
+    pieces = [f for f in launch.facts if isinstance(f, (F.TracebackStart, F.TracebackFrame, F.ExceptionRaised))]
+    assert len(pieces) == AFTER_END
+    lines = 27 + 7 * 2 * AFTER_END
+    assert launch.phase == "ready" and launch.last_line == lines
+    report = explain(large).to_dict()
+    assert report["source"]["last_line"] == lines
+    assert report["source"]["all_launches"][0]["failure"]["line"] == 34  # the first request's exception
+    first, last = [u for u in report["source"]["unread_lines"] if "counted, not kept" in u["reason"]]
+    dropped = 4 * 2 * AFTER_END - AFTER_END
+    assert first["line"] == 27 + 7 * (AFTER_END // 4) + 2 and last["line"] == lines
+    assert f"this and {dropped - 1} more traceback lines up to line {lines}" in first["reason"]
+
+
 def test_traffic_of_launches_no_longer_analysed_is_dropped(tmp_path, monkeypatch):
     kept = []
     original = TrafficAggregator.facts

@@ -101,6 +101,9 @@ def _shape() -> re.Pattern:
     return re.compile(f"{gap}(?:{header}{gap})?(?:{body})")
 
 
+# a traceback repeated (the same failing request, each rank printing the same frames) repeats
+# its lines word for word where they carry no prefix (SGLang, uvicorn): parsed once
+@lru_cache(maxsize=1024)
 def parse_traceback_line(text: str) -> Optional[Parsed]:
     """The traceback piece a line is, or None."""
     if _shape().match(text) is None:
