@@ -314,6 +314,7 @@ def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, para
     `workloads` are "8192x16" or (8192, 16); `from_log` fills TP, dtypes, framework and
     fraction from a start-up (what is given here wins) and compares the prediction with it.
     """
+    from capdiag.rules import PLAN
     from capdiag.rules.plan import driver as planning
 
     shapes = [name for name, given in (("--config-json", config_json), ("--model", model),
@@ -337,7 +338,7 @@ def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, para
     analysis = logged = None
     if from_log is not None:
         analysis = analyse(from_log, gpu=gpu, gpu_total_gib=gpu_total_gib, config_json=config_json)
-        logged = planning.request_from_log(analysis, count)
+        logged = planning.request_from_log(analysis.knowledge, analysis.path, analysis.framework, count)
 
     def pick(given, key, default):
         return given if given is not None else getattr(logged, key) if logged is not None else default
@@ -348,10 +349,10 @@ def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, para
         workloads=mixes, contexts=tuple(contexts or ()), gpus=pick(gpus, "gpus", None), tp=pick(tp, "tp", None),
         framework=pick(framework, "framework", "sglang"), fraction=pick(fraction, "fraction", None), headroom=headroom,
         training=training, weights_as_stored=stored is not None and weight_dtype is None)
-    report = planning.plan(request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, model=shape,
+    report = planning.plan(PLAN, request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, model=shape,
                            weights=stored)
     if analysis is not None:
-        report["from_log"] = {"path": analysis.path, "comparison": planning.compare_with_log(report, analysis)}
+        report["from_log"] = {"path": analysis.path, "comparison": planning.compare_with_log(report, analysis.knowledge)}
     return Plan(report)
 
 
@@ -366,9 +367,9 @@ class Diff(_Document):
 
 def diff(before: LogInput, after: LogInput, **inputs: Any) -> Diff:
     """Compare two start-up logs; `inputs` as for explain(), applied to both."""
-    from capdiag.rules.diff.driver import diff as compare
+    from capdiag.report import build_diff
 
-    return Diff(compare(_analysis(before, **inputs), _analysis(after, **inputs)))
+    return Diff(build_diff(_analysis(before, **inputs), _analysis(after, **inputs)))
 
 
 def _check_format(fmt: str) -> str:

@@ -226,11 +226,12 @@ def _junit(verdict: Verdict) -> str:
 
 
 def _chain(findings: list[dict]) -> str:
+    labels = _env().get_template("labels.j2").module  # premises worded as the reports word them
     lines = []
     for f in findings:
         lines += [f"{f['code']} {f['rule']}: {f['title']}", f"  {f['message']}", f"  what to do: {f['action']}"]
-        lines += [f"  because {b['rule']} → {b['topic']}{'' if b['key'] is None else '.' + str(b['key'])} = "
-                  f"{b['value'] if b['value'] is not None else 'unknown: ' + str(b['unknown'])}" for b in f["because"]]
+        lines += [f"  because {b['rule']} → {labels.premise_name(b)} = {labels.premise_value(b, 160)}"
+                  for b in f["because"]]
         lines += [f"  {e['where']}: {e['text']}" for e in f["evidence"]]
     return "\n".join(lines)
 

@@ -33,7 +33,7 @@ def probe_server(server: Server, framework: Optional[str] = None,
         if info is not None:
             return _sglang(server, info, interval)
     metrics = _scrapes(server, interval, required=True)
-    samples = [read_metrics(reply.text, f"GET {server.url}/metrics") for reply, _ in metrics]
+    samples = [read_metrics(reply.text, f"GET {server.url}/metrics") for reply, *_ in metrics]
     if not any(s.framework == "vllm" for s in samples[0]):
         raise InputError(f"{server.url}: /metrics holds no vLLM metric, and /server_info does not answer: "
                          "neither an SGLang nor a vLLM server")
@@ -46,7 +46,8 @@ def probe_server(server: Server, framework: Optional[str] = None,
             answered += 1
     length = next((f.tokens for f in facts if isinstance(f, F.VllmMaxModelLen)), None)
     facts += E.vllm_metrics([[s for s in scrape if s.framework == "vllm"] for scrape in samples], "GET /metrics",
-                            seconds=_apart(metrics), no_rates=_why_once(interval), max_model_len=length)
+                            seconds=_apart(metrics), no_rates=_why_once(interval), max_model_len=length,
+                            readings=_readings(metrics))
     return facts, "vllm", answered
 
 
@@ -58,41 +59,55 @@ def _sglang(server: Server, info, interval: float) -> tuple[list[F.Fact], str, i
     answered = 1
     first = server.get("/v1/loads", "/get_load", required=False)
     metrics = server.get("/metrics", required=False)
-    loads = [first] if first is not None else []
-    scrapes = [(metrics, time.monotonic())] if metrics is not None else []
+    loads = [_taken(first)] if first is not None else []
+    scrapes = [_taken(metrics)] if metrics is not None else []
     if interval and (loads or scrapes):
         time.sleep(interval)
         if loads:
-            loads.append(server.get(loads[0].path))
+            loads.append(_taken(server.get(loads[0][0].path)))
         if scrapes:
-            scrapes.append((server.get("/metrics"), time.monotonic()))
+            scrapes.append(_taken(server.get("/metrics")))
     if loads:
-        facts += _read(E.sglang_loads, [reply.json() for reply in loads], f"GET {loads[0].path}",
-                       budget.max_total_num_tokens if budget else None)
+        facts += _read(E.sglang_loads, [reply.json() for reply, *_ in loads], f"GET {loads[0][0].path}",
+                       budget.max_total_num_tokens if budget else None, _readings(loads))
         answered += 1
     if scrapes:
         samples = [[s for s in read_metrics(reply.text, f"GET {server.url}/metrics") if s.framework == "sglang"]
-                   for reply, _ in scrapes]
+                   for reply, *_ in scrapes]
         facts += E.sglang_metrics(samples, "GET /metrics", seconds=_apart(scrapes), no_rates=_why_once(interval),
-                                  state=not loads)
+                                  state=not loads, readings=_readings(scrapes))
         answered += 1
     return facts, "sglang", answered
 
 
 def _scrapes(server: Server, interval: float, required: bool) -> list[tuple]:
-    """`/metrics` once, or twice `interval` seconds apart: (reply, monotonic time) each."""
+    """`/metrics` once, or twice `interval` seconds apart: (reply, monotonic time, wall time) each."""
     first = server.get("/metrics", required=required)
     if first is None:
         return []
-    taken = [(first, time.monotonic())]
+    taken = [_taken(first)]
     if interval:
         time.sleep(interval)
-        taken.append((server.get("/metrics"), time.monotonic()))
+        taken.append(_taken(server.get("/metrics")))
     return taken
+
+
+def _taken(reply) -> tuple:
+    """An answer with when it came: the monotonic clock for the interval, the wall clock to name it."""
+    return reply, time.monotonic(), time.time()
 
 
 def _apart(scrapes: list[tuple]) -> Optional[float]:
     return round(scrapes[-1][1] - scrapes[0][1], 3) if len(scrapes) > 1 else None
+
+
+def _utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+
+
+def _readings(taken: list[tuple]) -> E.Readings:
+    """The readings of a live server, named by the UTC time each answer came."""
+    return E.Readings(tuple(_utc(wall) for _, _, wall in taken), _apart(taken))
 
 
 def _why_once(interval: float) -> Optional[str]:
@@ -127,9 +142,12 @@ def probe_files(paths: tuple[str, ...], framework: Optional[str] = None,
             why = "the saved scrapes carry no time: give --interval, the seconds between them"
         if seconds is not None and seconds <= 0:
             seconds, why = None, f"the scrapes' times do not increase ({seconds:g} s from the first to the last)"
+    # each saved scrape is named by its file, and by the time it states where it states one
+    readings = E.Readings(tuple(Path(p).name + ("" if t is None else f" ({_utc(t)})") for p, t in zip(paths, stamps)),
+                          seconds)
     if chosen == "vllm":
-        return E.vllm_metrics(mine, name, seconds=seconds, no_rates=why), chosen, len(paths)
-    return E.sglang_metrics(mine, name, seconds=seconds, no_rates=why), chosen, len(paths)
+        return E.vllm_metrics(mine, name, seconds=seconds, no_rates=why, readings=readings), chosen, len(paths)
+    return E.sglang_metrics(mine, name, seconds=seconds, no_rates=why, readings=readings), chosen, len(paths)
 
 
 def _read(reader, payload, endpoint: str, *extra):

@@ -13,14 +13,13 @@ from capdiag.analysis import Analysis
 from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, evidence_chain
 from capdiag.observed import with_contract_keys
 from capdiag.parsing import framework_of
-from capdiag.rules import FINDING_RULES
+from capdiag.rules import DIFF, FINDING_RULES
+from capdiag.rules.diff.driver import compare
 from capdiag.rules.derive.stand_in import STAND_IN_KINDS
-from capdiag.vocabulary import BREAKDOWN, SEGMENTS
+from capdiag.vocabulary import BREAKDOWN, CONFIG_KEYS, SEGMENTS
 
 SCHEMA = "capdiag.report/1"
-CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
-               "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
-               "max_running_requests", "page_size", "block_size", "quantization")
+DIFF_SCHEMA = "capdiag.diff/1"
 MAX_UNREAD = 50  # lines not read, listed in the report (the first ones)
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -62,11 +61,30 @@ def main_evidence(d: Derived) -> Optional[dict[str, Any]]:
     return {"line": e.line, "source": e.source, "where": where(e), "text": e.text}
 
 
-def because(d: Derived) -> list[dict[str, Any]]:
-    """The derived premises of a conclusion, one level deep (their own chains are in `evidence`)."""
+def because(d: Derived, ranks: dict[tuple, F.Rank]) -> list[dict[str, Any]]:
+    """The derived premises of a conclusion, one level deep (their own chains are in `evidence`);
+    a premise about one rank names it by its label."""
     return [{"rule": p.rule, "topic": p.topic, "key": p.key if not isinstance(p.key, tuple) else list(p.key),
-             "value": _value(p), "unknown": _reason(p), "formula": p.formula}
+             "rank": _premise_rank(p, ranks), "value": _premise_value(p), "unknown": _reason(p), "formula": p.formula}
             for p in d.premises if isinstance(p, Derived)]
+
+
+def _premise_rank(p: Derived, ranks: dict[tuple, F.Rank]) -> Optional[str]:
+    """The label of the rank a conclusion is about: the rank it names (a run-time summary's), or
+    the rank its key is; None for a conclusion about no one rank."""
+    rank = p.detail.get("rank")
+    if isinstance(rank, F.Rank):
+        return rank.label if rank.tagged else "TP0"
+    return _label_of(p.key, ranks) if isinstance(p.key, tuple) and len(p.key) == 4 else None
+
+
+def _premise_value(p: Derived) -> Any:
+    """A premise's value; a run-time summary's without its series (the report's `runtime.series`
+    holds it: a premise repeats the summary's figures, not its picture)."""
+    value = _value(p)
+    if p.topic == "runtime" and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k != "series"}
+    return value
 
 
 def _tagged_ranks(facts: list[F.Fact]) -> dict[tuple, F.Rank]:
@@ -165,7 +183,7 @@ def build(a: Analysis) -> dict[str, Any]:
                          "key": d.key[1] if isinstance(d.key, tuple) else None,
                          "title": d.title, "message": d.message, "action": d.action,
                          "rank": _label_of(target, tagged) if target is not None else None,
-                         "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d),
+                         "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d, tagged),
                          "detail": d.detail})
 
     fired = {f["rule"] for f in findings}
@@ -287,6 +305,22 @@ def _framework_evidence(facts: list[F.Fact], framework: str, first: list[Optiona
 
 
 # The findings that say what stopped a start-up, most specific first.
+def build_diff(before: Analysis, after: Analysis) -> dict[str, Any]:
+    """`capdiag diff`'s report: the diff rules' conclusions on two analyses, each row with its
+    evidence on both sides."""
+    kb = compare(DIFF, before.knowledge, after.knowledge)
+
+    def rows(topic):
+        return [{"key": d.key, **d.value, "derivation": d.formula, "evidence": evidence(d)}
+                for d in kb.topic(topic)]
+
+    return {"schema": DIFF_SCHEMA,
+            "before": {"path": before.path, "framework": before.framework, "launch": before.launch.index},
+            "after": {"path": after.path, "framework": after.framework, "launch": after.launch.index},
+            "config": rows("diff_config"), "memory": rows("diff_memory"), "kv_pool": rows("diff_kv_pool"),
+            "concurrency": rows("diff_concurrency"), "findings": rows("diff_finding")}
+
+
 _STOPPERS = ("startup-failed", "out-of-memory", "utilization-too-high", "weights-exceed-budget", "startup-incomplete")
 
 

@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Optional
 
 from capdiag import facts as F
+from capdiag.request_log import RequestLog
 from capdiag.source import line_text
 
 SERIES_POINTS = 240  # points kept of the usage/running/queue series (pairs merge beyond)
@@ -232,16 +233,18 @@ class TrafficAggregator:
         self.segments: list[dict[tuple, _Rank]] = [{}]
         self.starts: list[int] = [0]  # the line each segment's start-up record is on
         self.framework: Optional[str] = None  # once one's traffic is seen, the other's is not looked for
+        self.requests = RequestLog()  # vLLM's request-logging lines, one sum per segment
 
     def restart(self, line: int) -> None:
         """A start-up record begins at `line`: later traffic belongs to that start-up. The
         ended start-up's ranks cite their last line now and let go of the block they kept
         for it (a log of 20,000 restarts would hold a block each)."""
-        if self.segments[-1]:
+        if self.segments[-1] or self.requests.segments[-1].lines:
             for rank in self.segments[-1].values():
                 rank.close()
             self.segments.append({})
             self.starts.append(line)
+            self.requests.restart()
 
     def forget_before(self, line: int) -> None:
         """Drop the sums of start-ups that ended before `line` (no launch from there on is
@@ -249,6 +252,7 @@ class TrafficAggregator:
         keep = max(bisect.bisect_right(self.starts, line) - 1, 0)
         if keep:
             del self.segments[:keep], self.starts[:keep]
+            self.requests.forget(keep)
 
     def feed(self, first: int, block: bytes) -> None:
         seen = self.framework
@@ -262,6 +266,7 @@ class TrafficAggregator:
                 self._vllm(first, block)
             if b"total_num_cumulative_preemption=" in block:
                 self._preemptions(first, block)
+            self.requests.feed(first, block)
 
     def _rank(self, framework: str, tags: bytes) -> _Rank:
         ranks = self.segments[-1]
@@ -396,11 +401,13 @@ class TrafficAggregator:
             rank.cite("last_preemption", first, block, m.start(), rank.preemptions)
 
     def facts(self) -> list[F.Fact]:
-        """The sums as facts, in line order: a TrafficSummary per rank and start-up, then its marks."""
+        """The sums as facts, in line order: a TrafficSummary per rank and start-up, then its marks;
+        a RequestLengths per start-up with request-logging lines, and its marks."""
         out: list[F.Fact] = []
         for ranks in self.segments:
             for rank in ranks.values():
                 out.extend(_facts(rank))
+        out += self.requests.facts()
         return sorted(out, key=lambda f: f.evidence.line)
 
 

@@ -1,5 +1,6 @@
 """The words every layer shares, written once: the memory categories a GPU's start-up memory is
-split into, the request lengths the concurrency table uses when none are given, and the KV
+split into, the configuration keys a report states, the request lengths the concurrency table
+uses when none are given, and the KV
 cache's bytes per token — the per-rank cell config.json implies, and the figure a log implies
 with the band its printed rounding leaves.
 
@@ -26,6 +27,11 @@ BREAKDOWN = HELD[:5] + ("activation",) + HELD[5:] + ("unattributed", "other", "f
 # free memory at the end, is what no row explains (the framework's part came before).
 HELD_SINCE_WEIGHTS = ("weights", "kv_cache", "cuda_graph", "mamba_state", "draft_weights", "draft_kv_cache",
                       "draft_cuda_graph")
+
+# The serving configuration a report states and a diff compares, in the report's order.
+CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
+               "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
+               "max_running_requests", "page_size", "block_size", "quantization")
 
 # Request lengths (tokens) of the concurrency table when `--token-lengths` is not given.
 DEFAULT_TOKEN_LENGTHS = (4096, 6144, 8192)

@@ -137,8 +137,10 @@ def find_rule(name_or_code: str):
 PLAN = (gpu.identity, gpu.total, plan.parameters, plan.weights, plan.kv_per_token, plan.usable, plan.buckets,
         plan.verdict)
 
+DIFF = DIFF_RULES
+
 # The rules that derive values (everything but the findings), each once: `capdiag rules --derivations`.
-DERIVATIONS = tuple(dict.fromkeys(r for r in ALL + PLAN + DIFF_RULES if r.code is None))
+DERIVATIONS = tuple(dict.fromkeys(r for r in ALL + PLAN + DIFF if r.code is None))
 
 
 def find_any_rule(name_or_code: str):

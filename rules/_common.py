@@ -66,7 +66,8 @@ def runtime(kb: Knowledge):
 def observed_concurrency(runtime_value: dict) -> Optional[tuple[int, str]]:
     """(requests the pool holds, at what length) at the lengths the server really saw: the KV a
     running request held in SGLang's decode lines, else the mean finished request of a server's
-    length histograms; None when neither is known."""
+    length histograms, else the most a request may come to hold by vLLM's request lines (prompt
+    + max_tokens: the pool holds at least that many); None when none is known."""
     lengths = runtime_value["observed_lengths"]
     if lengths["concurrency_at_mean_context"]:
         return (lengths["concurrency_at_mean_context"],
@@ -74,4 +75,10 @@ def observed_concurrency(runtime_value: dict) -> Optional[tuple[int, str]]:
     if lengths.get("concurrency_at_mean_request"):
         return (lengths["concurrency_at_mean_request"],
                 f"the observed mean finished request of {lengths['mean_request_tokens']:,} tokens (prompt + generated)")
+    if lengths.get("concurrency_at_request_budget"):
+        logged = lengths["request_log"]
+        return (lengths["concurrency_at_request_budget"],
+                f"the requests' own budget of {lengths['mean_request_budget_tokens']:,} tokens (vLLM's request lines: "
+                f"mean prompt {logged['prompt_tokens']['mean']:,} + mean max_tokens {logged['max_tokens']['mean']:,}; "
+                "a request that stops early holds less)")
     return None

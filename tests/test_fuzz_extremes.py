@@ -15,6 +15,7 @@ import pytest
 from capdiag.analysis import analyse
 from capdiag.errors import InputError
 from capdiag.parsing import read_facts
+from capdiag.rules import PLAN
 from capdiag.rules.plan.driver import plan
 from capdiag import facts as F
 from capdiag.render import render
@@ -115,7 +116,7 @@ def test_every_config_field_of_every_type(tmp_path):
                                     kv_dtype="bf16", workloads=((8192, 16),), contexts=(8192,), gpus=8, tp=None,
                                     framework="sglang", fraction=None, headroom=0.15, training=None)
             try:
-                plan(request, config_json=str(path), gpu="h100_sxm", gpu_total_gib=None)
+                plan(PLAN, request, config_json=str(path), gpu="h100_sxm", gpu_total_gib=None)
             except InputError:
                 pass
             except Exception as exc:  # noqa: BLE001

@@ -1,5 +1,7 @@
 """The flow has one direction: no module of capdiag/ or rules/ imports, directly or through
-others, a module that imports it back — a lazy import inside a function counts too."""
+others, a module that imports it back — a lazy import inside a function counts too; and no
+rule module reaches what is built on the rules (source → parsing → facts → engine+rules →
+report → render): the analysis, the report, rendering, the CLI, or any module that runs rules."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +10,9 @@ from pathlib import Path
 from helpers import TESTS
 
 ROOT = TESTS.parent
+RULES = "capdiag.rules"
+# built on the rules, whether or not they import a rule module today
+DOWNSTREAM = ("capdiag.analysis", "capdiag.report", "capdiag.render", "capdiag.cli", "capdiag.api")
 # the build maps the top-level folders into the package (pyproject.toml's package-dir)
 PACKAGES = {"capdiag": ROOT / "capdiag", "capdiag.rules": ROOT / "rules"}
 
@@ -90,3 +95,40 @@ def test_a_cycle_is_found():
     graph["capdiag.facts.base"] = graph["capdiag.facts.base"] | {"capdiag.report"}
     cycle = _cycle(graph)
     assert cycle[0] == cycle[-1] and "capdiag.report" in cycle
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def _rules_package(name: str) -> bool:
+    return name == RULES or name.startswith(RULES + ".")
+
+
+def _back_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Each rule module's reach into what is built on the rules: the DOWNSTREAM modules and
+    every module outside rules/ that imports a rule module, directly or through others."""
+    built_on = {m for m in graph if not _rules_package(m) and any(map(_rules_package, _reach(graph, m)))}
+    built_on |= set(DOWNSTREAM)
+    found = {m: _reach(graph, m) & built_on for m in graph if _rules_package(m)}
+    return {m: bad for m, bad in found.items() if bad}
+
+
+def test_rules_never_reach_what_is_built_on_them():
+    assert _back_edges(_graph()) == {}
+
+
+def test_a_back_edge_is_found():
+    """The check itself: a driver importing the analysis (what rules/plan and rules/diff once
+    did) is a back-edge, though it makes no cycle."""
+    graph = _graph()
+    graph["capdiag.rules.plan.driver"] = graph["capdiag.rules.plan.driver"] | {"capdiag.analysis"}
+    assert _cycle(graph) == []
+    assert "capdiag.analysis" in _back_edges(graph)["capdiag.rules.plan.driver"]

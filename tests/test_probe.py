@@ -88,8 +88,11 @@ def test_sglang_new_endpoints(serve):
     assert [r["rank"] for r in rt["ranks"]] == ["DP0", "DP1"]
     assert rt["kv_usage"]["peak"] == 0.96 and rt["queued_requests"]["queued_at_request_limit"] == 1
     assert {f["name"] for f in report["findings"]} >= {"request-limit-binds-traffic"}
+    # one reading (--interval 0), named by the UTC time its answer came
+    assert rt["readings"] == 1 and rt["seconds"] is None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", rt["first_time"])
     for fmt in ("text", "markdown", "html"):
-        assert "traffic lines" in render(report, fmt)
+        assert f"1 reading of the server's endpoints: {rt['first_time']}" in render(report, fmt)
     finding = next(f for f in report["findings"] if f["name"] == "request-limit-binds-traffic")
     assert any(e["where"] == "GET /v1/loads" for e in finding["evidence"])
 
@@ -233,6 +236,12 @@ def test_two_scrapes_of_a_live_server_give_rates(serve):
     assert check is None or check["agree"]
     finding = next(f for f in report["findings"] if f["name"] == "kv-retractions")
     assert "25 in the" in finding["message"] and "2 scrapes" not in finding["message"]
+    # the header names the two scrapes by the UTC time each came, and the measured time between
+    rt = report["runtime"]
+    assert rt["readings"] == 2 and rt["seconds"] == rates["seconds"] and rt["first_time"].endswith(" UTC")
+    header = " ".join(render(report, "text").split())
+    assert (f"RUN TIME (2 readings of the server's endpoints: {rt['first_time']} and {rt['last_time']}, "
+            f"{rates['seconds']:g} s apart, 2 ranks together)") in header
 
 
 def test_one_scrape_leaves_rates_unknown_with_the_reason(serve):
@@ -248,8 +257,15 @@ def test_saved_scrapes_need_their_interval():
     rates = build(analyse_probe(metrics_files=files))["runtime"]["rates"]
     assert rates["seconds"] is None and "give --interval" in rates["unknown_reason"]
     assert rates["counters"]["preemptions"]["increase"] == 25  # the increase is known, the rate is not
-    rates = build(analyse_probe(metrics_files=files, interval=10))["runtime"]["rates"]
+    report = build(analyse_probe(metrics_files=files, interval=10))
+    rates = report["runtime"]["rates"]
     assert rates["seconds"] == 10 and rates["counters"]["generation_tokens"]["per_second"] == 3000.0
+    # the scrapes are named by their files, and the interval is the one given
+    header = " ".join(render(report, "text").split())
+    assert ("RUN TIME (2 readings of the server's endpoints: vllm-v1-dp2.metrics-1.txt and "
+            "vllm-v1-dp2.metrics-2.txt, 10 s apart, 2 ranks together)") in header
+    header = " ".join(render(build(analyse_probe(metrics_files=files)), "text").split())
+    assert "vllm-v1-dp2.metrics-2.txt, the time between them unknown" in header
     # queries and hits as vLLM 0.9–0.10 export them under both names are counted once
     assert rates["counters"]["prefix_cache_queries"]["increase"] == 90000 and rates["prefix_cache_hit_rate"] == 0.4444
 
@@ -337,3 +353,20 @@ def test_any_answer_shape_is_read_or_refused_in_one_line(answer):
             _read(reader, *args)
         except InputError as exc:
             assert "\n" not in str(exc)
+
+
+def test_saved_scrapes_with_timestamps_are_named_by_them(tmp_path):
+    """A scrape whose samples carry Prometheus timestamps (milliseconds) names its reading by
+    the file and that time, and the time between the scrapes is theirs."""
+    files = []
+    for n, (stamp, running) in enumerate(((1764601200000, 40), (1764601230000, 44)), start=1):
+        path = tmp_path / f"scrape-{n}.txt"
+        path.write_text("# TYPE vllm:num_requests_running gauge\n"
+                        f'vllm:num_requests_running{{engine="0"}} {running} {stamp}\n'
+                        "# TYPE vllm:num_requests_waiting gauge\n"
+                        f'vllm:num_requests_waiting{{engine="0"}} 0 {stamp}\n')
+        files.append(str(path))
+    rt = build(analyse_probe(metrics_files=tuple(files)))["runtime"]
+    assert (rt["first_time"], rt["last_time"], rt["seconds"]) == (
+        "scrape-1.txt (2025-12-01 15:00:00 UTC)", "scrape-2.txt (2025-12-01 15:00:30 UTC)", 30.0)
+    assert rt["running_requests"]["peak"] == 44

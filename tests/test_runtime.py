@@ -57,8 +57,9 @@ def test_traffic_case(log):
     lines = log.read_text().splitlines()
     cited = list(report["runtime"]["evidence"].values())
     cited += [e for f in report["findings"] for e in f["evidence"] if e["kind"] in ("TrafficSummary", "TrafficMark")]
-    for e in cited:
-        assert lines[e["line"] - 1] == e["text"]
+    for e in cited:  # a request line, which may hold a whole prompt, is cited by its head
+        line = lines[e["line"] - 1]
+        assert line == e["text"] or (e["text"].endswith(" …") and line.startswith(e["text"][:-2])), e
 
 
 def test_fractions_and_shares_lie_in_0_1():
@@ -206,16 +207,20 @@ def test_every_documented_wording_is_summed():
     for example in wordings:
         sink = TrafficAggregator()
         list(candidate_runs([(1, (example.text + "\n").encode())], sink))
-        summary = next((f for f in sink.facts() if isinstance(f, F.TrafficSummary)), None)
+        summary = next((f for f in sink.facts() if isinstance(f, (F.TrafficSummary, F.RequestLengths))), None)
         assert summary is not None, example.text
-        assert summary.lines == 1 or summary.retractions or summary.preemptions, example.text
+        if isinstance(summary, F.RequestLengths):  # a request line: its prompt's ids and its max_tokens
+            assert summary.requests == 1 and summary.prompt_lengths and summary.max_tokens, example.text
+        else:
+            assert summary.lines == 1 or summary.retractions or summary.preemptions, example.text
 
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.stem)
 def test_every_case_renders_in_every_format(log):
     report = build(analyse(str(log)))
     for fmt in ("text", "markdown", "html"):
-        assert "traffic lines" in render(report, fmt)
+        out = render(report, fmt)
+        assert "traffic lines" in out or "request lines, no metrics lines" in out
 
 
 _RETRACTING = (CASES.parent / "rule_cases" / "kv-retractions" / "fires.log").read_text()
@@ -258,3 +263,22 @@ def test_mean_prompt_needs_the_page_size(tmp_path, edit, mean, reason):
     assert lengths["prompt_tokens_per_prefill_entry"] == round((4000 + 1024 + 3808) / 4)
     assert lengths["mean_prompt_tokens"] == mean
     assert (lengths["mean_prompt_unknown_reason"] or "").endswith(reason or "")
+
+
+def test_runtime_premises_name_their_rank_and_figures():
+    """A finding resting on run-time summaries names each by its rank and headline figures, in
+    every format (not a rank key tuple and a dict), and JSON's premise leaves the series out."""
+    report = build(analyse(str(CASES / "sglang-dp-attention.log")))
+    binds = next(f for f in report["findings"] if f["name"] == "kv-capacity-binds")
+    runtime = [b for b in binds["because"] if b["topic"] == "runtime"]
+    assert [(b["key"], b["rank"]) for b in runtime] == [("all", None), ([0, 0, 0, ""], "DP0 TP0"),
+                                                        ([1, 0, 1, ""], "DP1 TP1")]
+    assert all("series" not in b["value"] for b in runtime)
+    assert runtime[2]["value"]["kv_usage"]["p90"] == 0.93
+    wanted = ("runtime of DP1 TP1 = KV usage p90 93 %, ≥ 90 % in 50.0 % of lines; running peak 6 of the limit 48; "
+              "queued peak 4 (1 with KV ≥ 90 %, 0 at the request limit, 1 otherwise)")
+    for fmt in ("text", "markdown", "html"):
+        out = " ".join(render(report, fmt).split())
+        assert "[0, 0, 0" not in out and "{'lines'" not in out and "{&#39;lines" not in out, fmt
+        assert "runtime of all ranks = KV usage p90 93 %" in out, fmt
+        assert wanted in out, fmt

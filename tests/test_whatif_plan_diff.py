@@ -8,10 +8,10 @@ import pytest
 
 from capdiag import facts as F
 from capdiag.analysis import analyse
-from capdiag.rules.diff.driver import diff
 from capdiag.errors import InputError
+from capdiag.report import build, build_diff
+from capdiag.rules import PLAN
 from capdiag.rules.plan.driver import parse_params, parse_workload, plan
-from capdiag.report import build
 from capdiag.whatif import parse_what_if
 from helpers import SGLANG_CORPUS, SHARED, fixture, needs_shared, run_entry
 
@@ -185,12 +185,12 @@ def request(**kw) -> F.PlanRequest:
 
 @pytest.mark.parametrize("params, gib", [("7B", 13.04), ("70B", 130.39), ("405B", 754.37)])
 def test_weights_figures(params, gib):
-    report = plan(request(params=parse_params(params)), gpu="h100_sxm")
+    report = plan(PLAN, request(params=parse_params(params)), gpu="h100_sxm")
     assert report["totals"]["weights_gib"] == gib  # params × 2 B / 2^30: ≈13.0, 130.4, 754.4 GiB
 
 
 def test_llama_70b_kv_per_token_and_16_by_8k():
-    report = plan(request(params=70e9, workloads=(parse_workload("8192x16"),), tp=1),
+    report = plan(PLAN, request(params=70e9, workloads=(parse_workload("8192x16"),), tp=1),
                   config_json=str(CONFIGS / "llama-3.1-70b.json"), gpu="h100_sxm")
     assert report["kv_bytes_per_token"] == 327680  # 80 layers × 8 heads × 128 × 2 × 2 B = 0.3125 MiB
     assert report["kv_bytes_per_token"] / (1 << 20) == 0.3125
@@ -198,14 +198,14 @@ def test_llama_70b_kv_per_token_and_16_by_8k():
 
 
 def test_70b_full_fine_tuning():
-    report = plan(request(params=70e9, training="full", gpus=16, tp=16), gpu="h100_sxm")
+    report = plan(PLAN, request(params=70e9, training="full", gpus=16, tp=16), gpu="h100_sxm")
     assert report["totals"]["training_gib"] == 1173.47  # 70e9 × 18 B / 2^30 ≈ 1,173 GiB
     state = next(b for b in report["buckets"] if b["bucket"] == "training_state")
     assert state["gib"] == round(70e9 * 16 / (1 << 30) / 16, 2)  # 16 B beyond the 2-B weights, over 16 GPUs
 
 
 def test_verdict_and_smallest_tp():
-    report = plan(request(params=70e9, workloads=((8192, 16),), tp=2, gpus=8),
+    report = plan(PLAN, request(params=70e9, workloads=((8192, 16),), tp=2, gpus=8),
                   config_json=str(CONFIGS / "llama-3.1-70b.json"), gpu="h100_sxm")
     assert report["verdict"] == "fits at TP=4" and report["min_tp"] == 4
     assert report["usable_gib_per_gpu"] == 71.69  # 81559 MiB / 1024 × 0.9
@@ -238,7 +238,7 @@ def test_plan_needs_params_or_config(monkeypatch, capsys):
 
 @needs_shared
 def test_diff_012_030():
-    d = diff(analyse(corpus("012"), gpu="h20"), analyse(corpus("030"), gpu="h20"))
+    d = build_diff(analyse(corpus("012"), gpu="h20"), analyse(corpus("030"), gpu="h20"))
     config = {c["key"]: (c["before"], c["after"]) for c in d["config"]}
     assert config["mem_fraction_static"] == (0.6, 0.88) and config["kv_cache_dtype"] == ("fp8_e4m3", "bf16")
     memory = {m["key"]: m for m in d["memory"]}

@@ -42,12 +42,40 @@ class TrafficSummary(Fact):
     retraction_tokens_max: Optional[int] = None  # largest #new_tokens_gained of one retraction
     preemptions: Optional[int] = None  # vLLM V0: the last total_num_cumulative_preemption
     series: tuple[tuple[str, float, int, int], ...] = ()  # (time, max usage, max running, max queue)
+    # from a probe: how many times its endpoints were read, and the seconds from the first
+    # reading to the last where known (first_time / last_time then name the readings)
+    readings: Optional[int] = None
+    seconds: Optional[float] = None
+
+
+@attrs.frozen(kw_only=True)
+class RequestLengths(Fact):
+    """vLLM's request-logging lines of one start-up, summed (capdiag.request_log). Evidence: the
+    first such line, cut to its head (a request line may hold a whole prompt).
+
+    `prompt_lengths` counts requests by the number of token ids their line printed in a closed
+    list — exact unless `--max-log-len` cut the list to that many (the rule reading this knows
+    the start-up's setting); `prompt_cut` by the ids counted before the line itself was cut (a
+    lower bound); `max_tokens` by the sampling parameters' `max_tokens=`.
+    """
+
+    framework: str
+    lines: int  # request lines read (Received request, and DEBUG details lines)
+    requests: int  # `Received request` lines
+    unread: int = 0  # request lines whose fields could not be told apart
+    prompt_lengths: tuple[tuple[int, int], ...] = ()  # (ids, requests)
+    prompt_cut: tuple[tuple[int, int], ...] = ()  # (ids before the cut, requests)
+    prompt_not_printed: int = 0  # lines that print `prompt_token_ids: None`, or no list
+    max_tokens: tuple[tuple[int, int], ...] = ()  # (max_tokens, requests)
+    max_tokens_not_set: int = 0  # `max_tokens=None`, or parameters without it (pooling)
 
 
 @attrs.frozen(kw_only=True)
 class TrafficMark(Fact):
     """A traffic line worth citing: `mark` is first | last | peak_usage | peak_running |
-    peak_queue | first_full | first_retraction | last_retraction | last_preemption."""
+    peak_queue | first_full | first_retraction | last_retraction | last_preemption, or of the
+    request lines (`summary_line` then a RequestLengths' line) first_request | longest_prompt |
+    last_request."""
 
     framework: str
     mark: str

@@ -10,11 +10,28 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Optional
 
+import attrs
+
 from capdiag import facts as F
 from capdiag.parsing.prometheus import Sample
 
 # /server_info keys that are not server arguments (the scheduler's figures, per-DP states)
 _NOT_ARGS = {"internal_states", "version", "max_total_num_tokens", "max_req_input_len", "status", "tokenizer_info"}
+
+
+@attrs.frozen
+class Readings:
+    """When a server's endpoints were read: a name for each reading (the UTC time it was taken,
+    or a saved scrape's file name and stated time), and the seconds from the first to the last
+    where known."""
+
+    names: tuple[str, ...]
+    seconds: Optional[float] = None
+
+    def of(self, taken: list[int]) -> "Readings":
+        """The readings at these indices (a rank's state missing from some scrapes)."""
+        return Readings(tuple(self.names[i] for i in taken if i < len(self.names)),
+                        self.seconds if len(taken) == len(self.names) else None)
 
 
 def _ev(endpoint: str, text: str) -> F.Evidence:
@@ -70,15 +87,16 @@ def sglang_server_info(info: dict, endpoint: str) -> list[F.Fact]:
     return facts
 
 
-def sglang_loads(answers: list[Any], endpoint: str, capacity: Optional[int]) -> list[F.Fact]:
+def sglang_loads(answers: list[Any], endpoint: str, capacity: Optional[int],
+                 readings: Optional[Readings] = None) -> list[F.Fact]:
     """`/v1/loads` (`{"loads": [{dp_rank, num_running_reqs, num_waiting_reqs, token_usage,
     gen_throughput, …}]}`) or the older `/get_load` (a list of `{dp_rank, num_reqs,
     num_waiting_reqs, num_tokens}`, where `num_reqs` counts running and waiting requests and the
     usage is `num_tokens` over the token capacity), one answer per time it was read: per DP rank
-    one sample per answer."""
+    one sample per answer. `readings` names when each answer was read."""
     per_rank: dict[int, list] = defaultdict(list)
     several = False
-    for loads in answers:
+    for n, loads in enumerate(answers):
         rows = loads.get("loads") if isinstance(loads, dict) else loads
         rows = [r for r in rows or () if isinstance(r, dict)]
         several = several or len(rows) > 1
@@ -93,19 +111,21 @@ def sglang_loads(answers: list[Any], endpoint: str, capacity: Optional[int]) -> 
             name = "loads" if isinstance(loads, dict) else ""
             text = (f"{name}[{i}]: running {running}, waiting {waiting}, token usage {usage}, "
                     f"gen throughput {row.get('gen_throughput')}")
-            per_rank[int(row.get("dp_rank", i))].append((usage, waiting, running, _num(row.get("gen_throughput")), text))
+            per_rank[int(row.get("dp_rank", i))].append((usage, waiting, running, _num(row.get("gen_throughput")), text, n))
     out: list[F.Fact] = []
     for dp, states in sorted(per_rank.items()):
         rank = F.Rank(dp=dp) if several else F.NO_RANK
-        speeds = [g for *_, g, _ in states if g is not None]
-        text = states[-1][-1] + (f" ({len(states)} readings)" if len(states) > 1 else "")
+        speeds = [s[3] for s in states if s[3] is not None]
+        text = states[-1][4] + (f" ({len(states)} readings)" if len(states) > 1 else "")
         out.append(_snapshot("sglang", rank, endpoint, text, [s[:3] for s in states],
+                             readings and readings.of([s[5] for s in states]),
                              throughput=(min(speeds), max(speeds)) if speeds else (None, None)))
     return out
 
 
 def vllm_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optional[float] = None,
-                 no_rates: Optional[str] = None, max_model_len: Optional[int] = None) -> list[F.Fact]:
+                 no_rates: Optional[str] = None, max_model_len: Optional[int] = None,
+                 readings: Optional[Readings] = None) -> list[F.Fact]:
     """One or more scrapes of vLLM's `/metrics` (oldest first): `cache_config_info`'s labels
     (`num_gpu_blocks`, `block_size`, `gpu_memory_utilization`, `cache_dtype`, newer
     `kv_cache_size_tokens` and `kv_cache_max_concurrency` — the requests of `max_model_len`
@@ -139,11 +159,12 @@ def vllm_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optiona
     several = len(engines) > 1
     for engine, per_scrape in sorted(engines.items()):
         rank = F.Rank(dp=int(engine)) if several and engine.isdigit() else F.NO_RANK
-        states, read, preempted = [], [], None
-        for samples in per_scrape:
+        states, read, preempted, taken = [], [], None, []
+        for n, samples in enumerate(per_scrape):
             got = {s.name: s for s in samples}
             if "running" not in got:
                 continue
+            taken.append(n)
             usage = got.get("kv_cache_usage")
             states.append((usage.value if usage else None, int(got["waiting"].value) if "waiting" in got else 0,
                            int(got["running"].value)))
@@ -152,7 +173,8 @@ def vllm_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optiona
                 preempted = int(got["preemptions"].value)
         if states:
             text = f"engine {engine or '0'}: " + ", ".join(read) + (f" ({len(states)} scrapes)" if len(states) > 1 else "")
-            facts.append(_snapshot("vllm", rank, endpoint, text, states, preemptions=preempted))
+            facts.append(_snapshot("vllm", rank, endpoint, text, states, readings and readings.of(taken),
+                                   preemptions=preempted))
         facts += _counters("vllm", rank, endpoint, per_scrape, seconds, no_rates)
         facts += _histograms("vllm", rank, endpoint, per_scrape[-1])
     facts.append(F.VllmEngineReady(evidence=_ev(endpoint, "the server answers")))
@@ -181,7 +203,8 @@ def vllm_version(answer: Any, endpoint: str) -> list[F.Fact]:
 
 
 def sglang_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optional[float] = None,
-                   no_rates: Optional[str] = None, state: bool = True) -> list[F.Fact]:
+                   no_rates: Optional[str] = None, state: bool = True,
+                   readings: Optional[Readings] = None) -> list[F.Fact]:
     """SGLang's `/metrics` (`sglang:token_usage`, `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
     `sglang:max_total_num_tokens`; before v0.4 `sglang:num_requests_running`, `…_waiting`):
     per scrape and DP rank the server's state (unless `state` is False: the load endpoint gave
@@ -191,10 +214,11 @@ def sglang_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optio
     out: list[F.Fact] = []
     for dp, per_scrape in sorted(ranks.items()):
         rank = F.Rank(dp=int(dp)) if several and dp.isdigit() else F.NO_RANK
-        states, read = [], []
-        for samples in per_scrape:
+        states, read, taken = [], [], []
+        for n, samples in enumerate(per_scrape):
             got = {s.name: s for s in samples}
             if "running" in got:
+                taken.append(n)
                 states.append((got["kv_cache_usage"].value if "kv_cache_usage" in got else None,
                                int(got["waiting"].value) if "waiting" in got else 0, int(got["running"].value)))
                 read = [f"{s.read_as}={s.value:g}" for s in samples if s.name in _STATE]
@@ -205,7 +229,8 @@ def sglang_metrics(scrapes: list[list[Sample]], endpoint: str, *, seconds: Optio
                                      max_total_num_tokens=int(capacity.value),
                                      max_running_requests=int(limit.value) if limit else None))
         if states and state:
-            out.append(_snapshot("sglang", rank, endpoint, f"dp_rank {dp or '0'}: " + ", ".join(read), states))
+            out.append(_snapshot("sglang", rank, endpoint, f"dp_rank {dp or '0'}: " + ", ".join(read), states,
+                                 readings and readings.of(taken)))
         out += _counters("sglang", rank, endpoint, per_scrape, seconds, no_rates)
         out += _histograms("sglang", rank, endpoint, per_scrape[-1])
     return out
@@ -283,15 +308,18 @@ def _histograms(framework: str, rank: F.Rank, endpoint: str, samples: list[Sampl
 
 
 def _snapshot(framework: str, rank: F.Rank, endpoint: str, text: str, states: list[tuple],
-              throughput: tuple = (None, None), preemptions: Optional[int] = None) -> F.TrafficSummary:
-    """Samples of a server's state (one per scrape) as a traffic summary: (usage, waiting, running)."""
+              readings: Optional[Readings] = None, throughput: tuple = (None, None),
+              preemptions: Optional[int] = None) -> F.TrafficSummary:
+    """Samples of a server's state (one per reading) as a traffic summary: (usage, waiting, running)."""
     counts: dict[tuple, int] = defaultdict(int)
     for usage, waiting, running in states:
         counts[(usage, waiting > 0, running)] += 1
-    labels = [f"sample {n}" for n in range(1, len(states) + 1)]
+    names = readings.names if readings and len(readings.names) == len(states) else ()
+    labels = list(names) or [f"reading {n}" for n in range(1, len(states) + 1)]
     return F.TrafficSummary(
         evidence=_ev(endpoint, text), rank=rank, role=F.RUNTIME_ROLE, framework=framework, lines=len(states),
-        first_time=labels[0], last_time=labels[-1],
+        first_time=labels[0], last_time=labels[-1], readings=len(states),
+        seconds=readings.seconds if names and len(states) > 1 else None,
         samples=tuple(sorted(((u, q, r, n) for (u, q, r), n in counts.items()),
                              key=lambda s: (-1.0 if s[0] is None else s[0],) + s[1:])),
         peak_queue=max(w for _, w, _ in states), throughput=throughput, preemptions=preemptions,

@@ -10,6 +10,8 @@ The per-rank cell, as SGLang and vLLM size it:
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref

@@ -5,7 +5,7 @@ from statistics import median
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import gib, line_ref, target
+from capdiag.rules._common import gib, target
 from capdiag.rules.derive.breakdown import row
 from capdiag.vocabulary import HELD  # what holds memory at the end of start-up (activation peaks are released)
 

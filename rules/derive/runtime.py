@@ -31,9 +31,11 @@ def _share(part: int, whole: int) -> Optional[float]:
 
 def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[int],
               counters: Sequence[F.CounterReadings] = (), histograms: Sequence[F.LengthHistogram] = (),
-              chunk: Optional[int] = None, page: Optional[int] = None) -> dict[str, Any]:
+              chunk: Optional[int] = None, page: Optional[int] = None,
+              requests: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The runtime summary of one rank's traffic (the JSON `runtime.ranks[]` entry, without
-    evidence); from a probe also its counters' rates and the request lengths its histograms hold."""
+    evidence); from a probe also its counters' rates and the request lengths its histograms hold;
+    `requests` what vLLM's request-logging lines show (request_log())."""
     with_usage: dict[float, int] = {}
     queued = queued_full = queued_limit = queued_unknown = at_limit = 0
     for usage, is_queued, running, n in s.samples:
@@ -56,6 +58,7 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
     mean_context = round(s.context_tokens / s.context_requests) if s.context_requests else None
     return {
         "lines": s.lines, "first_time": s.first_time or None, "last_time": s.last_time or None,
+        "readings": s.readings, "seconds": s.seconds,
         "kv_usage": None if not counted else {
             "peak": ordered[-1][0], "p50": percentile(ordered, 0.5), "p90": percentile(ordered, 0.9),
             "p99": percentile(ordered, 0.99),
@@ -73,7 +76,7 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
         "preemptions": s.preemptions,
         "preemptions_unknown_reason": _no_preemption_count(s),
         "throughput": {"min": s.throughput[0], "max": s.throughput[1]},
-        "observed_lengths": observed_lengths(s, pool_tokens, histograms, chunk, page),
+        "observed_lengths": observed_lengths(s, pool_tokens, histograms, chunk, page, requests),
         "rates": rates(counters),
         "series": [{"time": t, "kv_usage": u if u >= 0 else None, "running": r, "queued": q}
                    for t, u, r, q in s.series],
@@ -81,17 +84,23 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
 
 
 def observed_lengths(s: F.TrafficSummary, pool_tokens: Optional[int], histograms: Sequence[F.LengthHistogram],
-                     chunk: Optional[int] = None, page: Optional[int] = None) -> dict[str, Any]:
+                     chunk: Optional[int] = None, page: Optional[int] = None,
+                     requests: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The request lengths the inputs show: SGLang's prefill lines (new + cached tokens per new
     sequence, `chunk` and `page` the chunked-prefill budget and page size in effect) and decode
-    lines (tokens per running request), or a server's length histograms (one observation per
-    finished request: mean exact, percentiles to the bucket)."""
+    lines (tokens per running request), a server's length histograms (one observation per
+    finished request: mean exact, percentiles to the bucket), or vLLM's request-logging lines
+    (each request's prompt ids and max_tokens: `requests`)."""
     mean_context = round(s.context_tokens / s.context_requests) if s.context_requests else None
     prompt, generation = (distribution([h for h in histograms if h.kind == kind]) for kind in ("prompt", "generation"))
     per_entry = round(s.prompt_tokens / s.prompt_requests) if s.prompt_requests else None
     mean_prompt, why = prefill_mean(s, per_entry, chunk, page)
     if mean_prompt is None and prompt is not None:
         mean_prompt, why = prompt["mean"], None
+    logged = requests["prompt_tokens"] if requests else None
+    if mean_prompt is None and logged is not None and logged["requests"]:
+        mean_prompt, why = logged["mean"], logged["unknown_reason"]
+    budget = requests["mean_budget_tokens"] if requests else None
     # both histograms observe each finished request once: the means add up to the mean request
     same = prompt is not None and generation is not None and prompt["requests"] == generation["requests"]
     request = prompt["mean"] + generation["mean"] if same and prompt["mean"] is not None else None
@@ -103,7 +112,105 @@ def observed_lengths(s: F.TrafficSummary, pool_tokens: Optional[int], histograms
         "concurrency_at_mean_context": pool_tokens // mean_context if pool_tokens and mean_context else None,
         "prompt_length": prompt, "generation_length": generation,
         "mean_request_tokens": request,
-        "concurrency_at_mean_request": pool_tokens // request if pool_tokens and request else None}
+        "concurrency_at_mean_request": pool_tokens // request if pool_tokens and request else None,
+        "request_log": requests,
+        "mean_request_budget_tokens": budget,
+        "concurrency_at_request_budget": pool_tokens // budget if pool_tokens and budget else None}
+
+
+def request_log(logged: Sequence[F.RequestLengths], max_log_len: tuple[bool, Optional[int], str]) -> Optional[dict[str, Any]]:
+    """What vLLM's request-logging lines show: each request's prompt (its token ids counted) and
+    max_tokens. `max_log_len` is (stated, value, where): vLLM cuts a printed id list to
+    max_log_len ids without a mark, so a list of that many ids is only a lower bound, and where
+    the setting is not stated no list can be taken whole."""
+    if not logged:
+        return None
+    exact, bounded, budgets = _Tally(), _Tally(), _Tally()
+    stated, cut_to, where = max_log_len
+    truncated = line_cut = 0
+    for r in logged:
+        for ids, n in r.prompt_lengths:
+            whole = not stated or cut_to is None or ids < cut_to
+            (exact if whole else bounded).add(ids, n)
+            truncated += 0 if whole else n
+        for ids, n in r.prompt_cut:
+            bounded.add(ids, n)
+            line_cut += n
+        for tokens, n in r.max_tokens:
+            budgets.add(tokens, n)
+    requests = sum(r.requests for r in logged)
+    not_printed = sum(r.prompt_not_printed for r in logged)
+    printed = exact.count + bounded.count
+    why = None
+    if printed and not stated:
+        why = ("the log does not state max_log_len: vLLM cuts each printed id list to it without a mark, so no "
+               "list can be taken whole")
+        for ids, n in exact.values.items():
+            bounded.add(ids, n)
+        exact = _Tally()
+    elif bounded.count:
+        why = "; ".join(part for part in (
+            f"{truncated} of {printed} id lists hold max_log_len={cut_to} ids ({where}), as many as vLLM prints"
+            if truncated else "",
+            f"{line_cut} request line(s) were cut before their id list ended" if line_cut else "") if part) + (
+            ": those prompts are known only to be at least that long")
+    elif not printed:
+        why = ("the request lines print no prompt token ids (vLLM 0.10.2+ prints them only at DEBUG level: "
+               "VLLM_LOGGING_LEVEL=DEBUG)" if not not_printed else "the request lines print no prompt token ids")
+    floor = min(bounded.values) if bounded.count else None
+    prompt = {"requests": printed, "exact": exact.count, "not_printed": not_printed, "at_least": floor,
+              "mean": exact.mean() if printed and not bounded.count else None,
+              "mean_at_least": (exact.total + bounded.total) // printed if printed and bounded.count else None,
+              **{name: exact.at(share, printed, floor) for name, share in _SHARES},
+              "max": exact.top() if printed and not bounded.count else None, "unknown_reason": why}
+    set_tokens = {"requests": budgets.count, "not_set": sum(r.max_tokens_not_set for r in logged),
+                  "mean": budgets.mean(), **{name: budgets.at(share, budgets.count, None) for name, share in _SHARES},
+                  "max": budgets.top()}
+    # prompt + max_tokens is the most KV a request can come to hold: both known for every request
+    whole = prompt["mean"] is not None and set_tokens["mean"] is not None and printed == budgets.count == requests
+    return {"lines": sum(r.lines for r in logged), "requests": requests, "unread": sum(r.unread for r in logged),
+            "max_log_len": cut_to if stated else None, "max_log_len_stated": stated,
+            "prompt_tokens": prompt, "max_tokens": set_tokens,
+            "mean_budget_tokens": prompt["mean"] + set_tokens["mean"] if whole else None}
+
+
+_SHARES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+
+class _Tally:
+    """Counts of token lengths: exact percentiles over (length, requests) pairs."""
+
+    def __init__(self, values: Optional[dict[int, int]] = None) -> None:
+        self.values: dict[int, int] = dict(values or {})
+
+    def add(self, length: int, n: int) -> None:
+        self.values[length] = self.values.get(length, 0) + n
+
+    @property
+    def count(self) -> int:
+        return sum(self.values.values())
+
+    @property
+    def total(self) -> int:
+        return sum(k * n for k, n in self.values.items())
+
+    def mean(self) -> Optional[int]:
+        return round(self.total / self.count) if self.count else None
+
+    def top(self) -> Optional[int]:
+        return max(self.values) if self.values else None
+
+    def at(self, share: float, of: int, floor: Optional[int]) -> Optional[int]:
+        """The nearest-rank percentile among `of` requests of which these are the exact ones and
+        the rest are at least `floor` long: known while it falls below every such one."""
+        if not of:
+            return None
+        wanted, seen = max(1, math.ceil(share * of - 1e-9)), 0
+        for length in sorted(self.values):
+            seen += self.values[length]
+            if seen >= wanted:
+                return length if floor is None or length < floor else None
+        return None
 
 
 def prefill_mean(s: F.TrafficSummary, per_entry: Optional[int], chunk: Optional[int],
@@ -220,10 +327,12 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
     preempted = [s.preemptions for s in summaries if s.preemptions is not None]
     tokens = [s.retraction_tokens_max for s in summaries if s.retraction_tokens_max is not None]
     first = min(summaries, key=lambda s: s.evidence.line)
+    # a probe's readings are named (a file name need not sort in time): the fullest rank's names
+    named = max((s for s in summaries if s.readings), key=lambda s: s.readings, default=None)
     return F.TrafficSummary(
         evidence=first.evidence, framework=first.framework, lines=sum(s.lines for s in summaries),
-        first_time=min((s.first_time for s in summaries if s.first_time), default=""),
-        last_time=max((s.last_time for s in summaries if s.last_time), default=""),
+        first_time=named.first_time if named else min((s.first_time for s in summaries if s.first_time), default=""),
+        last_time=named.last_time if named else max((s.last_time for s in summaries if s.last_time), default=""),
         samples=tuple(sorted((*k, n) for k, n in samples.items())), peak_queue=max(s.peak_queue for s in summaries),
         throughput=(min(lows) if lows else None, max(highs) if highs else None),
         context_tokens=sum(s.context_tokens for s in summaries), context_requests=sum(s.context_requests for s in summaries),
@@ -232,11 +341,13 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
                                    default=None),
         retractions=sum(s.retractions for s in summaries), retraction_events=sum(s.retraction_events for s in summaries),
         retraction_tokens_max=max(tokens) if tokens else None, preemptions=sum(preempted) if preempted else None,
-        series=tuple(points[t] for t in sorted(points)))
+        series=tuple(points[t] for t in sorted(points)),
+        readings=max((s.readings for s in summaries if s.readings is not None), default=None),
+        seconds=max((s.seconds for s in summaries if s.seconds is not None), default=None))
 
 
 @rule("runtime.summary", reads=(F.TrafficSummary, F.TrafficMark, F.CounterReadings, F.LengthHistogram, F.TokenBudget,
-                                F.ServerArgs,
+                                F.ServerArgs, F.RequestLengths, F.VllmArgs,
                                 "concurrency?", "config:max_running_requests?", "config:chunked_prefill_size?",
                                 "config:page_size?", "kv_pool:tokens?"),
       concludes=("runtime",))
@@ -274,22 +385,51 @@ def summary(kb):
         (kb.first(F.ServerArgs, role=None),) if page is not None and (page_d is None or not page_d.known) else ())
     summaries = kb.of(F.TrafficSummary, role=None)
     counters, histograms = kb.of(F.CounterReadings, role=None), kb.of(F.LengthHistogram, role=None)
+    logged = kb.of(F.RequestLengths, role=None)
+    setting = _max_log_len(kb) if logged else None
+    requests = request_log(logged, setting[:3]) if setting else None
     groups = [(s.rank.key(), s, [s]) for s in summaries]
     if len(summaries) > 1:
         groups.append(("all", merged(summaries), summaries))
+    if logged and not summaries:  # request lines without metrics lines: a section of those alone
+        groups.append((F.NO_RANK.key(), F.TrafficSummary(evidence=logged[0].evidence, role=F.RUNTIME_ROLE,
+                                                          framework="vllm", lines=0, first_time="", last_time="",
+                                                          samples=(), peak_queue=0, throughput=(None, None)), logged))
     for key, s, parts in groups:
-        mine = [m for m in marks if any(m.summary_line == p.evidence.line and m.rank == p.rank for p in parts)]
-        # SGLang's tokenizer counts for all DP ranks together (no rank label): those go with all
-        together = key == "all" or len(summaries) == 1
+        # SGLang's tokenizer counts for all DP ranks together (no rank label): those go with all, as
+        # do vLLM's request lines (its API server serves every engine)
+        together = key == "all" or len(groups) == 1
+        cited = list(parts) + ([r for r in logged if r not in parts] if together else [])
+        mine = [m for m in marks if any(m.summary_line == p.evidence.line and m.rank == p.rank for p in cited)]
         ranks = {p.rank for p in parts}
         read = ([c for c in counters if together or c.rank in ranks],
                 [h for h in histograms if together or h.rank in ranks])
-        value = summarize(s, limit, pool, *read, chunk=chunk, page=page)
+        value = summarize(s, limit, pool, *read, chunk=chunk, page=page, requests=requests if together else None)
         usage = value["kv_usage"]
-        formula = (f"{s.lines} traffic lines from {s.first_time or '?'} to {s.last_time or '?'} ({line_ref(s)} on)"
-                   + (f"; KV usage peak {usage['peak']}, p50 {usage['p50']}" if usage else "; no KV usage printed"))
-        yield Derived("runtime", key, value, "runtime.summary", (*parts, *mine, *read[0], *read[1]) + used, formula,
+        span = (f"{s.readings} readings of {line_ref(s)} ({s.first_time} to {s.last_time})" if s.readings else
+                f"{s.lines} traffic lines from {s.first_time or '?'} to {s.last_time or '?'} ({line_ref(s)} on)")
+        formula = (span + (f"; KV usage peak {usage['peak']}, p50 {usage['p50']}" if usage else "; no KV usage printed")
+                   + (f"; {requests['requests']} request lines ({line_ref(logged[0])} on)" if together and requests
+                      else ""))
+        premises = (*cited, *mine, *read[0], *read[1]) + used + ((setting[3],) if together and setting and setting[3]
+                                                                else ())
+        yield Derived("runtime", key, value, "runtime.summary", premises, formula,
                       detail={"marks": _marks(mine), "rank": None if key == "all" else s.rank, "parts": parts})
+
+
+def _max_log_len(kb) -> tuple[bool, Optional[int], str, Optional[F.Fact]]:
+    """vLLM's `--max-log-len` as the start-up states it: (stated, value, where, the fact). The
+    `args: Namespace(…)` line prints every argument; `non-default args: {…}`, read whole, prints
+    every one not at its default, which for max_log_len is None (no cut) in every version. `where`
+    is the line that says so."""
+    for args in kb.of(F.VllmArgs, role=None):
+        if "max_log_len" in args.fields:
+            value = args.fields["max_log_len"]
+            return True, value if isinstance(value, int) else None, line_ref(args), args
+    whole = next((a for a in kb.of(F.VllmArgs, role=None) if a.style == "non-default" and a.truncated_at is None), None)
+    if whole is not None:
+        return True, None, line_ref(whole), whole
+    return False, None, "the log does not state max_log_len", None
 
 
 def _unpaged(kb) -> Optional[int]:

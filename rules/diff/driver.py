@@ -1,17 +1,16 @@
-"""`capdiag diff BEFORE AFTER`: two analyses → Compared facts → the diff rules → a diff report."""
-from __future__ import annotations
+"""`capdiag diff BEFORE AFTER`: two analysed start-ups' knowledge → Compared facts → the diff rules.
 
-from typing import Any
+The driver is handed what it runs on (the diff rule set, each side's knowledge) and hands back
+the diff's knowledge; the diff report is built from it on the report side (capdiag/report.py),
+so rules never reach back into the analysis or the report that are built on them."""
+from __future__ import annotations
 
 import attrs
 
 from capdiag import facts as F
-from capdiag.analysis import Analysis
-from capdiag.engine import Derived, Knowledge, evidence_chain, run
-from capdiag.report import CONFIG_KEYS, evidence
-from capdiag.rules.diff.rules import DIFF_RULES
+from capdiag.engine import Derived, Knowledge, Rule, evidence_chain, run
+from capdiag.vocabulary import CONFIG_KEYS
 
-SCHEMA = "capdiag.diff/1"
 _EXTRA_CONFIG = ("cuda_graph_max_bs", "disable_cuda_graph", "enforce_eager", "max_num_batched_tokens")
 
 
@@ -20,8 +19,8 @@ def _anchor(d: Derived) -> F.Evidence:
     return chain[0].evidence if chain else F.Evidence(F.INPUT_LINE, f"{d.topic}.{d.key}", 0, "input")
 
 
-def compared_facts(side: str, a: Analysis) -> list[F.Compared]:
-    kb = a.knowledge
+def compared_facts(side: str, kb: Knowledge) -> list[F.Compared]:
+    """What one side's knowledge states that the diff rules compare, each a fact of that side."""
     out: list[F.Compared] = []
 
     def add(topic, key, d: Derived, value=None):
@@ -56,16 +55,8 @@ def compared_facts(side: str, a: Analysis) -> list[F.Compared]:
     return out
 
 
-def diff(before: Analysis, after: Analysis) -> dict[str, Any]:
+def compare(rules: tuple[Rule, ...], before: Knowledge, after: Knowledge) -> Knowledge:
+    """The diff `rules` run on both sides' compared facts: the `diff_*` conclusions."""
     kb = Knowledge(tuple(compared_facts("before", before) + compared_facts("after", after)))
-    run(DIFF_RULES, kb)
-
-    def rows(topic):
-        return [{"key": d.key, **d.value, "derivation": d.formula, "evidence": evidence(d)}
-                for d in kb.topic(topic)]
-
-    return {"schema": SCHEMA,
-            "before": {"path": before.path, "framework": before.framework, "launch": before.launch.index},
-            "after": {"path": after.path, "framework": after.framework, "launch": after.launch.index},
-            "config": rows("diff_config"), "memory": rows("diff_memory"), "kv_pool": rows("diff_kv_pool"),
-            "concurrency": rows("diff_concurrency"), "findings": rows("diff_finding")}
+    run(rules, kb)
+    return kb

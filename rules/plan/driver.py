@@ -1,22 +1,21 @@
 """`capdiag plan`: the worksheet's inputs → facts → the plan rules → a plan report (data).
 
 With `--from-log`, the worksheet is filled from a real start-up (its TP, dtypes and model)
-and set beside what that log measured, with the error of each prediction.
+and set beside what that log measured, with the error of each prediction. The driver is handed
+what it runs on (the plan rule set, the analysed log's knowledge): rules never reach back into
+the analysis or the report that are built on them.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 import attrs
 
 from capdiag import facts as F
-from capdiag.analysis import Analysis
-from capdiag.engine import Knowledge, Unknown, run
+from capdiag.engine import Knowledge, Rule, run
 from capdiag.errors import InputError
 from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
-from capdiag.rules import PLAN
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.vocabulary import GIB, element_size, kv_cell
 
@@ -78,10 +77,10 @@ def parse_workload(text: str) -> tuple[int, int]:
     return pair
 
 
-def plan(request: F.PlanRequest, *, config_json: Optional[str] = None, gpu: Optional[str] = None,
+def plan(rules: tuple[Rule, ...], request: F.PlanRequest, *, config_json: Optional[str] = None, gpu: Optional[str] = None,
          gpu_total_gib: Optional[float] = None, model: Optional[F.ModelConfig] = None,
          weights: Optional[F.ModelWeights] = None) -> dict[str, Any]:
-    """The worksheet for `request`; the model's shape from `config_json` (a path) or `model`
+    """The worksheet for `request`, by the plan `rules`; the model's shape from `config_json` (a path) or `model`
     (from the Hub or the command line), its checkpoint's bytes from `weights`. When the
     deployment does not fit, the nearest ones that do (more GPUs, smaller weight or KV dtype)."""
     inputs: list[F.Fact] = [f for f in (model, weights) if f is not None]
@@ -90,16 +89,16 @@ def plan(request: F.PlanRequest, *, config_json: Optional[str] = None, gpu: Opti
     if element_size(request.kv_dtype) is None:
         raise InputError(f"--kv-dtype {request.kv_dtype}: bf16, fp16 or fp8")
     inputs.extend(gpu_input_facts(gpu, gpu_total_gib, ()))
-    kb = _worksheet(request, inputs)
+    kb = _worksheet(rules, request, inputs)
     report = build_plan(kb, request)
-    report["fitting_alternatives"] = (_alternatives(request, inputs, kb) if report["verdict"] == "does not fit"
+    report["fitting_alternatives"] = (_alternatives(rules, request, inputs, kb) if report["verdict"] == "does not fit"
                                       else [])
     return report
 
 
-def _worksheet(request: F.PlanRequest, inputs: list[F.Fact]) -> Knowledge:
+def _worksheet(rules: tuple[Rule, ...], request: F.PlanRequest, inputs: list[F.Fact]) -> Knowledge:
     kb = Knowledge((request, *inputs))
-    run(PLAN, kb)
+    run(rules, kb)
     return kb
 
 
@@ -109,7 +108,7 @@ ALTERNATIVE_KV_DTYPES = ("fp8",)
 MAX_ALTERNATIVES = 5
 
 
-def _alternatives(request: F.PlanRequest, inputs: list[F.Fact], kb: Knowledge) -> list[dict[str, Any]]:
+def _alternatives(rules: tuple[Rule, ...], request: F.PlanRequest, inputs: list[F.Fact], kb: Knowledge) -> list[dict[str, Any]]:
     """The nearest deployments that fit: for each weight and KV dtype (the request's, or a
     smaller one), the fewest GPUs (TP) that fit — a TP the model's attention heads divide, when
     they are known; fewest changes first, then fewest GPUs. A weight dtype is only tried when
@@ -134,7 +133,7 @@ def _alternatives(request: F.PlanRequest, inputs: list[F.Fact], kb: Knowledge) -
                             ("KV dtype", request.kv_dtype, kv_dtype)) if old != new]
                 trial = attrs.evolve(request, tp=candidate_tp, gpus=max(candidate_tp, request.gpus or 1),
                                      weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-                verdict = _worksheet(trial, inputs).get("plan", "verdict")
+                verdict = _worksheet(rules, trial, inputs).get("plan", "verdict")
                 if changes and verdict is not None and verdict.known and verdict.value["verdict"] == "fits":
                     found.append({"tp": candidate_tp, "gpus": trial.gpus, "weight_dtype": weight_dtype,
                                   "kv_dtype": kv_dtype, "need_gib_per_gpu": verdict.value["need_gib"],
@@ -208,20 +207,20 @@ def _totals(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
     return out
 
 
-def request_from_log(analysis: Analysis, params: Optional[float]) -> F.PlanRequest:
-    """The worksheet's inputs as the log states them: TP, KV dtype, context."""
-    kb = analysis.knowledge
+def request_from_log(kb: Knowledge, log: str, framework: str, params: Optional[float]) -> F.PlanRequest:
+    """The worksheet's inputs as the log states them (`kb`, the analysis of `log`): TP, KV dtype,
+    context."""
     tp = kb.value("config", "tp_size") or 1
     dtype = kb.value("kv_pool", "dtype") or "bf16"
     weight_dtype = "fp8" if str(kb.value("config", "quantization") or "").lower().startswith("fp8") else "bf16"
-    return F.PlanRequest(evidence=F.Evidence(F.INPUT_LINE, f"--from-log {analysis.path}", 0, "input"), params=params,
-                         weight_dtype=weight_dtype, kv_dtype=str(dtype), tp=tp, gpus=tp, framework=analysis.framework,
+    return F.PlanRequest(evidence=F.Evidence(F.INPUT_LINE, f"--from-log {log}", 0, "input"), params=params,
+                         weight_dtype=weight_dtype, kv_dtype=str(dtype), tp=tp, gpus=tp, framework=framework,
                          fraction=kb.value("config", "mem_fraction_static") or kb.value("config", "gpu_memory_utilization"))
 
 
-def compare_with_log(plan_report: dict[str, Any], analysis: Analysis) -> list[dict[str, Any]]:
-    """The worksheet's predictions beside the log's measurements, with the error of each."""
-    kb = analysis.knowledge
+def compare_with_log(plan_report: dict[str, Any], kb: Knowledge) -> list[dict[str, Any]]:
+    """The worksheet's predictions beside the log's measurements (`kb`, its analysis), with the
+    error of each."""
     rows = []
 
     def add(what, predicted, measured, unit, note=""):
