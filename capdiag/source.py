@@ -604,20 +604,6 @@ def ray_repeats(raw: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-_PID_TAG = re.compile(r"\(\w[^()]*?\bpid=(\d+)[^()]*\)")
-
-
-def process_pid(text: str) -> int | None:
-    """The pid of the process that printed a line, from its prefix (the innermost of nested
-    tags: Ray's `(EngineCore_0 pid=1) (RayWorkerWrapper pid=2)` is 2); None when it names none."""
-    found = None
-    for match in _PID_TAG.finditer(text, 0, 400):
-        if text[:match.start()].strip(" )(") and not text[:match.start()].rstrip().endswith(")"):
-            break
-        found = match
-    return int(found.group(1)) if found else None
-
-
 def open_brackets(text: str) -> int:
     """Brackets opened and not closed, outside quoted strings: > 0 means the record is cut."""
     return bracket_state(text)[0]

@@ -23,8 +23,7 @@ from capdiag.analysis import analyse
 from capdiag.engine import Derived, Knowledge, run
 from capdiag.render import render
 from capdiag.report import build
-from capdiag.rules import ALL, FINDINGS, PLAN, rules_for
-from capdiag.rules.diff.rules import DIFF_RULES
+from capdiag.rules import ALL, DIFF, FINDINGS, PLAN, rules_for
 from helpers import FIXTURES, SHARED
 from capdiag.whatif import parse_what_if
 from test_rule_cases import CASES, parse_args
@@ -130,14 +129,24 @@ def test_every_conclusion_cites_what_its_rule_read_and_one_pass_is_the_fixpoint(
 
 
 def test_every_rule_declares_what_it_concludes_and_every_set_is_well_formed():
-    for r in ALL + PLAN + DIFF_RULES:
+    for r in ALL + PLAN + DIFF:
         assert r.concludes, f"{r.name} declares no conclusions"
     for r in FINDINGS:
         assert r.concludes == (f"finding:{r.name}", f"not_judged:{r.name}"), r.name
-    for rules in (rules_for("sglang"), rules_for("vllm"), PLAN, DIFF_RULES):
+    for rules in (rules_for("sglang"), rules_for("vllm"), PLAN, DIFF):
         assert len(engine.order(rules)) == len(rules)
 
 
 def test_fixtures_and_cases_are_all_here():
     assert len(INPUTS) >= len(list(FIXTURES.glob("*.log"))) + len(list(CASES.glob("*/*.log")))
     assert all(Path(p.values[0]).exists() for p in INPUTS)
+
+
+def test_speculative_draft_memory_cites_the_target_rows_it_divides_by():
+    """Its share of model memory is the draft rows over the target's weights, KV and graph rows:
+    all six are its premises, so the chain shows both sides of the division."""
+    a = analyse(str(Path(__file__).resolve().parent / "rule_cases" / "speculative-draft-memory" / "fires.log"))
+    finding = a.knowledge.get("finding", "speculative-draft-memory")
+    cited = {(p.topic, p.key) for p in finding.premises if isinstance(p, Derived)}
+    assert {("breakdown", k) for k in ("weights", "kv_cache", "cuda_graph", "draft_weights", "draft_kv_cache",
+                                        "draft_cuda_graph")} <= cited

@@ -27,7 +27,9 @@ from __future__ import annotations
 import pytest
 
 from capdiag import facts as F
-from capdiag.parsing.vllm import parse_vllm_line, rank_of
+from capdiag.parsing import read_facts
+from capdiag.parsing.process_tag import read_tag
+from capdiag.parsing.vllm import parse_vllm_line
 from capdiag.source import candidate_lines, clean
 from helpers import TESTS, case_params, check_case_fact, dump, jsonable, load_case_files, rank_tags
 
@@ -158,10 +160,31 @@ def test_ansi_coloured_prefix_parses_after_cleaning():
     ("(RayWorkerWrapper pid=2, ip=10.0.0.2)", {"worker": "RayWorkerWrapper pid=2, ip=10.0.0.2"}),
 ])
 def test_rank_of_process_tags(tag, want):
-    assert rank_tags(rank_of(tag)) == want
+    assert rank_tags(read_tag(tag).rank) == want
+    assert read_tag(tag).pid == int(tag.split("pid=")[1].split(",")[0].rstrip(")"))
+
+
+@pytest.mark.parametrize("line, pid, rank", [
+    # vLLM: Ray nests the worker's tag inside the engine's; the innermost is the process that printed
+    ("(EngineCore_DP0 pid=941609) (RayWorkerWrapper pid=714, ip=10.0.3.17) INFO 10-02 08:12:20 "
+     "[gpu_worker.py:1] Model loading took 14.99 GiB and 3.1 seconds", 714,
+     {"worker": "RayWorkerWrapper pid=714, ip=10.0.3.17"}),
+    ("(Worker_TP1 pid=7155) INFO 11-20 09:01:40 [gpu_worker.py:1] Model loading took 7.5 GiB", 7155, {"tp": 1}),
+    ("INFO 11-20 09:01:40 [gpu_worker.py:1] Model loading took 7.5 GiB", None, {}),
+    # a traceback piece under Ray's bare `(pid=…)` tag (the traceback grammar reads it)
+    ("(pid=345, ip=10.0.0.2) Traceback (most recent call last):", 345, {"worker": "pid=345, ip=10.0.0.2"}),
+    # SGLang under Ray: its rank from the bracket, its pid from the Ray tag
+    ("(SGLangEngine pid=4242) [2026-02-26 05:35:13 TP3] Load weight begin. avail mem=78.50 GB", 4242, {"tp": 3}),
+    ("[2026-02-26 05:35:13 TP3] Load weight begin. avail mem=78.50 GB", None, {"tp": 3}),
+])
+def test_the_pid_comes_from_the_one_reading_of_the_process_tag(line, pid, rank):
+    """Every fact of a line carries the pid its process tag names, read by the same parse that
+    gives its rank (grammar/process_tag.lark); a line without a tag names none."""
+    (read,) = [f for f in read_facts(candidate_lines([(1, line)]))]
+    assert read.evidence.pid == pid and rank_tags(read.rank) == rank
 
 
 def test_worker_without_index_is_not_tp0():
-    rank = rank_of("(VllmWorkerProcess pid=7)")
+    rank = read_tag("(VllmWorkerProcess pid=7)").rank
     assert rank.tp_index is None and rank.key() != F.NO_RANK.key()
-    assert rank_of("(EngineCore_DP0 pid=1)").tp_index == 0
+    assert read_tag("(EngineCore_DP0 pid=1)").rank.tp_index == 0

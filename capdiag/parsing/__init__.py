@@ -20,7 +20,7 @@ from capdiag.parsing.sglang import parse_sglang_line
 from capdiag.parsing.traceback import parse_traceback_line
 from capdiag.parsing.vllm import parse_vllm_line
 from capdiag.facts.kinds import KEYWORDS, TRACEBACK_KEYWORDS
-from capdiag.source import Line, process_pid, ray_repeats
+from capdiag.source import Line, ray_repeats
 
 FRAMEWORKS = ("sglang", "vllm")
 
@@ -82,7 +82,7 @@ def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
         role = values.pop("_role", None)
         extra = {"role": role, "role_stated": True} if role else {}
         evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to, repeated=ray_repeats(line.raw),
-                              pid=process_pid(line.text))
+                              pid=parsed.pid)
         out.append(parsed.cls(evidence=evidence, rank=rank, **values, **extra))
         out.extend(F.UnreadLine(evidence=evidence, rank=rank, reason=f"{parsed.cls.__name__}: {note}")
                    for note in notes)

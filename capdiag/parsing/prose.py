@@ -25,15 +25,16 @@ def convert(value: float, unit: Optional[str], wanted: str) -> float:
     return round(value * _TO_MIB[unit] / _TO_MIB[wanted], 4)
 
 
-def name_numbers(tokens: Iterable[Token], number_type: str, before: tuple, after: tuple,
-                 units: dict[str, str]) -> dict[str, Any]:
-    """Name each number by the phrase that ends just before it or starts just after it.
+def named_quantities(tokens: Iterable[Token], number_type: str, before: tuple,
+                     after: tuple) -> dict[str, tuple[float, Optional[str]]]:
+    """Name each number by the phrase that ends just before it or starts just after it, as
+    (number, the unit printed with it).
 
     `before`/`after` are (phrase, key) pairs tried in order; the first key found wins and a
-    key is filled once. `units` gives each key's unit ("GiB", "MiB" or "" for a plain number).
+    key is filled once.
     """
     tokens = list(tokens)
-    values: dict[str, Any] = {}
+    values: dict[str, tuple[float, Optional[str]]] = {}
     for i, tok in enumerate(tokens):
         if tok.type != number_type:
             continue
@@ -41,11 +42,25 @@ def name_numbers(tokens: Iterable[Token], number_type: str, before: tuple, after
         nxt = str(tokens[i + 1]).strip(" ,.;)`").lower() if i + 1 < len(tokens) else ""
         key = next((k for phrase, k in before if prev.endswith(phrase) and k not in values), None)
         key = key or next((k for phrase, k in after if nxt.startswith(phrase) and k not in values), None)
-        if key is None:
-            continue
-        number, unit = split_quantity(str(tok))
-        values[key] = convert(number, unit, units[key]) if units.get(key) else number
+        if key is not None:
+            values[key] = split_quantity(str(tok))
     return values
+
+
+def name_numbers(tokens: Iterable[Token], number_type: str, before: tuple, after: tuple,
+                 units: dict[str, str]) -> dict[str, Any]:
+    """`named_quantities`, each figure in its key's unit: `units` gives it ("GiB", "MiB" or ""
+    for a plain number)."""
+    return {key: convert(number, unit, units[key]) if units.get(key) else number
+            for key, (number, unit) in named_quantities(tokens, number_type, before, after).items()}
+
+
+def numbers_after(tokens: Iterable[Token], number_type: str, phrases: tuple[str, ...]) -> list[float]:
+    """The plain numbers, in order, that each follow one of `phrases` (the text just before the
+    number ends with it)."""
+    tokens = list(tokens)
+    return [float(str(t)) for prev, t in zip(tokens, tokens[1:])
+            if t.type == number_type and str(prev).rstrip().endswith(phrases)]
 
 
 # PyTorch's out-of-memory message, both wordings (2.x and 1.x).

@@ -19,6 +19,7 @@ from capdiag.parsing.literal import MAX_DIGITS, parse_call_or_dict
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.prose import read_oom_message
 from capdiag.parsing.lalr import lalr_parser
+from capdiag.parsing.process_tag import read_tag
 
 
 @attrs.frozen
@@ -72,7 +73,9 @@ class _Lines(Transformer):
         return (name.lower(), int(tag[len(name):]))
 
     def prefix(self, items):
-        return F.Rank(**{k: v for k, v in (i for i in items if isinstance(i, tuple))})
+        """(the rank its tags name, the pid its Ray tag names)."""
+        ray = next((read_tag(str(i)) for i in items if isinstance(i, Token) and i.type == "RAY_TAG"), None)
+        return F.Rank(**{k: v for k, v in (i for i in items if isinstance(i, tuple))}), ray.pid if ray else None
 
     def gpu_tag(self, items):
         return F.Rank(tp=int(items[-1]))
@@ -265,11 +268,13 @@ class _Lines(Transformer):
         body = items[-1]
         if body is None:
             return None
-        rank = F.NO_RANK
+        rank, pid = F.NO_RANK, None
         for item in items[:-1]:
+            if isinstance(item, tuple):  # the prefix
+                item, pid = item
             if isinstance(item, F.Rank):
                 rank = attrs.evolve(rank, **{k: v for k, v in attrs.asdict(item).items() if v is not None})
-        return Parsed(rank, body[0], body[1])
+        return Parsed(rank, body[0], body[1], pid=pid)
 
 
 @lru_cache(maxsize=1)

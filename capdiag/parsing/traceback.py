@@ -10,27 +10,30 @@ from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.parsing.parsed import Parsed
-from capdiag.parsing.vllm import rank_of
+from capdiag.parsing.process_tag import read_tag
 from capdiag.parsing.lalr import lalr_parser
-
-_SG_TAG = re.compile(r"\b(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)\b")
-
 
 class _Lines(Transformer):
     def header(self, items):
-        """(process label, rank): the innermost vLLM/Ray tag, or SGLang's rank tags (`main` for
-        SGLang's main process, whose prefix carries none)."""
+        """(process label, rank, pid): the innermost vLLM/Ray tag, or SGLang's rank tags (`main`
+        for SGLang's main process, whose prefix carries none; SGLang prints no pid)."""
         tags = [str(t) for t in items if isinstance(t, Token) and t.type == "PROC_TAG"]
         if tags:
-            return tags[-1].strip("()"), rank_of(tags[-1])
-        prefix = next((str(t) for t in items if isinstance(t, Token) and t.type == "SG_PREFIX"), None)
-        if prefix is None:
-            return None, F.NO_RANK
-        found = _SG_TAG.findall(prefix)
+            tag = read_tag(tags[-1])
+            return tag.label, tag.rank, tag.pid
+        found = next((i for i in items if isinstance(i, list)), None)  # the SGLang prefix's tags
+        if found is None:
+            return None, F.NO_RANK, None
         if not found:
-            return "main", F.NO_RANK
+            return "main", F.NO_RANK, None
         rank = F.Rank(**{k.lower(): int(v) for k, v in found})
-        return " ".join(k + v for k, v in found), rank
+        return " ".join(k + v for k, v in found), rank, None
+
+    def sg_prefix(self, items):
+        return [i for i in items if isinstance(i, tuple)]
+
+    def sg_tag(self, items):
+        return str(items[0]), str(items[1])
 
     def level_part(self, _):
         return None
@@ -66,9 +69,9 @@ class _Lines(Transformer):
 
     def start(self, items):
         body = items[-1]
-        process, rank = items[0] if len(items) > 1 and isinstance(items[0], tuple) else (None, F.NO_RANK)
+        process, rank, pid = items[0] if len(items) > 1 and isinstance(items[0], tuple) else (None, F.NO_RANK, None)
         cls, values = body
-        return Parsed(rank, cls, {"process": process, **values})
+        return Parsed(rank, cls, {"process": process, **values}, pid=pid)
 
 
 @lru_cache(maxsize=1)

@@ -11,33 +11,12 @@ from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict, parse_literal
-from capdiag.parsing.prose import convert, name_numbers, read_oom_message, split_quantity
+from capdiag.parsing.prose import (convert, name_numbers, named_quantities, numbers_after, read_oom_message,
+                                   split_quantity)
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.lalr import lalr_parser
+from capdiag.parsing.process_tag import ProcessTag, read_tag
 from capdiag.source import open_brackets
-
-# `(Worker_DP1_PP0_TP1_EP1 pid=7)`, `(VllmWorker TP0 pid=7)`, `(VllmWorker PP0_TP1 pid=7)`
-_TAG_PART = re.compile(r"(DP|PP|TP|EP|DCP|PCP)(\d+)")
-
-
-def rank_of(tag: str) -> F.Rank:
-    """The rank a process tag names. Engine-level processes (API server, engine core) are TP 0's;
-    a worker whose index the tag does not give keeps its label instead."""
-    inner = tag.strip("()").split(" pid=")[0]
-    name = inner.split()[0].split("_")[0]
-    dp_match = re.search(r"EngineCore_(?:DP)?(\d+)", inner)
-    if name in ("APIServer", "ApiServer", "EngineCore", "MainProcess", "LLMEngine"):
-        return F.Rank(dp=int(dp_match.group(1))) if dp_match and "DP" in inner else F.NO_RANK
-    rank = re.search(r"rank=(\d+)", inner)
-    if rank:
-        return F.Rank(tp=int(rank.group(1)))
-    tags = {k.lower(): int(v) for k, v in _TAG_PART.findall(inner.split(" ", 1)[-1] if " " in inner else inner)
-            if k in ("DP", "PP", "TP", "EP")}
-    if tags:
-        return F.Rank(**tags)
-    if name == "Worker":  # every parallel size is 1: the only worker
-        return F.NO_RANK
-    return F.Rank(worker=tag.strip("()"))
 
 
 def _q(item) -> Optional[float]:
@@ -49,12 +28,26 @@ _USAGE_AFTER = (("for weight", "weights_gib"), ("for consumed memory", "consumed
                 ("for peak activation", "activation_gib"), ("for non-torch", "non_torch_gib"),
                 ("for cudagraph", "cudagraph_gib"))
 _USAGE_UNITS = {k: "GiB" for _, k in _USAGE_AFTER}
+# `… Current kv cache memory in use is N bytes.` (0.11: bytes; later: GiB)
+_IN_USE_BEFORE = (("in use is", "kv_in_use"),)
+# `The current --gpu-memory-utilization=U is equivalent to --gpu-memory-utilization=E … increase
+# --gpu-memory-utilization to S` (or, disabled, `… from U to S`): the figures quoted, in order
+_UTILIZATION_QUOTED_AFTER = ("--gpu-memory-utilization=", "--gpu-memory-utilization to", "from")
+# the engine generation `Initializing a V1 LLM engine` names (none before 0.8)
+_ENGINES = {"V0": "V0", "V1": "V1"}
+# `Auto set (K/N) GiB …` or `Explicitly set (K/N) GiB …` (VLLM_CPU_KVCACHE_SPACE)
+_CPU_KV_MODES = {"CPU_KV_AUTO": "auto", "CPU_KV_EXPLICIT": "explicit"}
+_CPU_KV_AFTER = (("gib requested", "requested_gib"), ("requested memory", "requested_gib"),
+                 ("gib memory was consumed", "non_kv_gib"), ("memory was consumed", "non_kv_gib"))
+# `rank R in world size W is assigned as DP rank d, PP rank p, [PCP rank c, ]TP rank t[, EP rank e|N/A]`
+_ASSIGNED_BEFORE = (("in world size", "world_size"), ("dp rank", "dp"), ("pp rank", "pp"), ("tp rank", "tp"),
+                    ("ep rank", "ep"))
 
 
 class _Lines(Transformer):
     def header(self, items):
         tags = [str(t) for t in items if isinstance(t, Token) and t.type == "PROC_TAG"]
-        return rank_of(tags[-1]) if tags else F.NO_RANK  # Ray nests: the innermost tag is the worker
+        return read_tag(tags[-1]) if tags else None  # Ray nests: the innermost tag is the worker
 
     def level_part(self, _):
         return None
@@ -79,8 +72,9 @@ class _Lines(Transformer):
         return (F.VllmVersion, {"version": str(items[1]).lstrip("v")})
 
     def engine_config(self, items):
-        head, version, rest = str(items[0]), str(items[1]).lstrip("v"), str(items[-1])
-        engine = "V1" if "V1" in head else ("V0" if "V0" in head else None)
+        version = next(str(i) for i in items if isinstance(i, Token) and i.type == "VERSION").lstrip("v")
+        engine = next((_ENGINES[str(i)] for i in items if isinstance(i, Token) and i.type == "ENGINE_GENERATION"), None)
+        rest = str(items[-1])
         rest = rest.rstrip(", ")
         if open_brackets(rest) < 0 and rest.endswith(")"):  # ≤0.6.4 closes the config with a stray ")"
             rest = rest[:-1]
@@ -186,10 +180,7 @@ class _Lines(Transformer):
     def util_advice(self, items):
         """The utilizations this line quotes, each right after `--gpu-memory-utilization=` (or `to`):
         the current one, its equivalent without graph profiling, the suggested one."""
-        tokens = items[-1]
-        quoted = [float(str(t)) for prev, t in zip(tokens, tokens[1:])
-                  if t.type == "PNUM" and str(prev).rstrip().endswith(("--gpu-memory-utilization=",
-                                                                        "--gpu-memory-utilization to", "from"))]
+        quoted = numbers_after(items[-1], "PNUM", _UTILIZATION_QUOTED_AFTER)
         if not quoted:
             return None
         return (F.VllmUtilizationAdvice, {"current": quoted[0], "equivalent": quoted[1] if len(quoted) > 1 else None,
@@ -207,11 +198,12 @@ class _Lines(Transformer):
         values.update(zip(("utilization", "requested_gib"), (split_quantity(str(t))[0] for t in numbers[:2])))
         rest = tokens[tokens.index(numbers[1]) + 1:] if len(numbers) > 2 else []
         values.update(name_numbers(rest, "PNUM", (), _USAGE_AFTER, _USAGE_UNITS))
-        text = "".join(str(t) for t in tokens).lower()
-        if "in use is" in text and len(numbers) > 2:
-            number, unit = split_quantity(str(numbers[-1]))
+        in_use = named_quantities(rest, "PNUM", _IN_USE_BEFORE, ()).get("kv_in_use")
+        if in_use is not None:
+            number, unit = in_use
             values["kv_in_use_gib"] = round(number / (1 << 30), 2) if unit == "bytes" else number
-        values["error"] = "less than desired" in text
+        # `… on startup is less than desired GPU memory utilization …`: the start-up stops there
+        values["error"] = any(isinstance(i, Token) and i.type == "FREE_TOO_LITTLE" for i in items)
         return (F.VllmStartupMemory, values)
 
     def initial_free(self, items):
@@ -268,24 +260,19 @@ class _Lines(Transformer):
         """`(K/N) GiB for KV cache on node I`, then (auto) `with R GiB requested …`, `U GiB … non-kv`."""
         tokens = items[-1]
         numbers = [split_quantity(str(t))[0] for t in tokens if t.type == "PNUM"]
-        text = "".join(str(t) for t in tokens)
-        if len(numbers) < 3 or "for KV cache on node" not in text:
+        node = name_numbers(tokens, "PNUM", (("for kv cache on node", "node"),), (), {}).get("node")
+        if len(numbers) < 3 or node is None:
             return None
-        values = {"kv_gib": numbers[0], "node_total_gib": numbers[1], "node": int(numbers[2]),
-                  "mode": "auto" if str(items[0]).startswith("Auto") else "explicit"}
-        values.update(name_numbers(tokens, "PNUM", (), (("gib requested", "requested_gib"),
-                                                         ("requested memory", "requested_gib"),
-                                                         ("gib memory was consumed", "non_kv_gib"),
-                                                         ("memory was consumed", "non_kv_gib")),
-                                   {"requested_gib": "GiB", "non_kv_gib": "GiB"}))
+        values = {"kv_gib": numbers[0], "node_total_gib": numbers[1], "node": int(node),
+                  "mode": _CPU_KV_MODES[items[0].type]}
+        values.update(name_numbers(tokens, "PNUM", (), _CPU_KV_AFTER, {"requested_gib": "GiB", "non_kv_gib": "GiB"}))
         return (F.VllmCpuKVSpace, values)
 
     def rank_assignment(self, items):
-        text = str(items[0])
-        numbers = re.match(r"rank (\d+) in world size (\d+)", text)
-        parts = {name.lower(): int(value) for name, value in re.findall(r"\b(DP|PP|TP|EP) rank (\d+)", text)}
-        return (F.VllmRankAssignment, {"global_rank": int(numbers.group(1)), "world_size": int(numbers.group(2)),
-                                       **parts})
+        tokens = items[-1]
+        numbers = [t for t in tokens if t.type == "PNUM"]
+        named = name_numbers(tokens, "PNUM", _ASSIGNED_BEFORE, (), {})
+        return (F.VllmRankAssignment, {"global_rank": int(str(numbers[0])), **{k: int(v) for k, v in named.items()}})
 
     # ---- other backends: each names its figures in its own words, mapped onto the profiling record
     _XPU_BEFORE = (("total gpu memory:", "total_gpu_memory_gib"), ("model load takes", "weights_gib"),
@@ -296,7 +283,7 @@ class _Lines(Transformer):
         """`Before memory profiling run, total GPU memory: T MB, model load takes W MB, free gpu
         memory is F MB.` and `After memory profiling run, peak memory usage is P MB,torch mem is
         … MB, non-torch mem is N MB, …` (XPU, 0.9-0.11; MB are bytes / 2^20: MiB)."""
-        after = str(items[0]).startswith("After")
+        after = items[0].type == "XPU_AFTER_PROFILE"
         values = name_numbers(items[-1], "PNUM", self._XPU_BEFORE, (), {k: "GiB" for _, k in self._XPU_BEFORE})
         values = {(f"{k[:-4]}_after_profile_gib" if k == "free_gib" and after else k): v for k, v in values.items()}
         return (F.VllmMemoryProfile, {"values": values, "form": "xpu"}) if values else None
@@ -309,7 +296,7 @@ class _Lines(Transformer):
         values = name_numbers(tokens, "PNUM", (), (("of device memory", "device_gib"), ("used", "total_gpu_memory_gib")),
                               {"device_gib": "GiB", "total_gpu_memory_gib": "GiB"})
         out = []
-        if str(items[0]).startswith("Loading model weights") and "device_gib" in values:
+        if items[0].type == "HPU_WEIGHTS_TOOK" and "device_gib" in values:
             out.append((F.VllmModelLoading, {"gib": values["device_gib"], "unit": "GiB"}))
         if "total_gpu_memory_gib" in values:
             out.append((F.VllmMemoryProfile, {"values": {"total_gpu_memory_gib": values["total_gpu_memory_gib"]},
@@ -372,9 +359,10 @@ class _Lines(Transformer):
         body = items[-1]
         if body is None:
             return None
-        rank = items[0] if len(items) > 1 and isinstance(items[0], F.Rank) else F.NO_RANK
+        tag = items[0] if len(items) > 1 and isinstance(items[0], ProcessTag) else None
+        rank, pid = (tag.rank, tag.pid) if tag is not None else (F.NO_RANK, None)
         bodies = body if isinstance(body, list) else [body]
-        return [Parsed(rank, cls, values) for cls, values in bodies]
+        return [Parsed(rank, cls, values, pid=pid) for cls, values in bodies]
 
 
 def argv_launch(argv: list[str]):

@@ -44,7 +44,7 @@ def _weights(kb, rank, role, category, rule_name):
                                  "for this rank"), "unknown", rule_name, (begin, end), "")
 
 
-@rule("breakdown.weights",
+@rule("breakdown.weights", frameworks=("sglang",),
       reads=(*_WEIGHT_LINES, "target_rank"),
       concludes=("breakdown:weights",))
 def weights(kb):
@@ -63,7 +63,7 @@ def weights(kb):
         yield _weights(kb, rank, "target", "weights", "breakdown.weights")
 
 
-@rule("breakdown.draft-weights",
+@rule("breakdown.draft-weights", frameworks=("sglang",),
       reads=(*_WEIGHT_LINES, "target_rank"),
       concludes=("breakdown:draft_weights",))
 def draft_weights(kb):
@@ -118,7 +118,7 @@ def _kv(kb, rank, role, category, rule_name):
                                  "pool allocation"), "unknown", rule_name, (), "")
 
 
-@rule("breakdown.kv-cache",
+@rule("breakdown.kv-cache", frameworks=("sglang",),
       reads=(*_KV_LINES, "target_rank"),
       concludes=("breakdown:kv_cache",))
 def kv_cache(kb):
@@ -137,7 +137,7 @@ def kv_cache(kb):
         yield _kv(kb, rank, "target", "kv_cache", "breakdown.kv-cache")
 
 
-@rule("breakdown.draft-kv-cache",
+@rule("breakdown.draft-kv-cache", frameworks=("sglang",),
       reads=(*_KV_LINES, "target_rank"),
       concludes=("breakdown:draft_kv_cache",))
 def draft_kv_cache(kb):
@@ -177,7 +177,7 @@ def _graphs(kb, rank, role, category, rule_name):
     return row(category, gib(sum(e.mem_usage_gib for e in known)), "measured", rule_name, known, formula)
 
 
-@rule("breakdown.cuda-graph",
+@rule("breakdown.cuda-graph", frameworks=("sglang",),
       reads=(*_GRAPH_LINES, "target_rank"),
       concludes=("breakdown:cuda_graph",))
 def cuda_graph(kb):
@@ -193,7 +193,7 @@ def cuda_graph(kb):
         yield _graphs(kb, rank, "target", "cuda_graph", "breakdown.cuda-graph")
 
 
-@rule("breakdown.draft-cuda-graph",
+@rule("breakdown.draft-cuda-graph", frameworks=("sglang",),
       reads=(*_GRAPH_LINES, "target_rank"),
       concludes=("breakdown:draft_cuda_graph",))
 def draft_cuda_graph(kb):
@@ -211,7 +211,7 @@ def draft_cuda_graph(kb):
             yield found
 
 
-@rule("breakdown.mamba-state",
+@rule("breakdown.mamba-state", frameworks=("sglang",),
       reads=(F.MambaCacheAllocated, "target_rank"),
       concludes=("breakdown:mamba_state",))
 def mamba_state(kb):
@@ -230,7 +230,7 @@ def mamba_state(kb):
                   + "".join(f" + {x}" for x in extra) + f" GiB ({line_ref(mamba)})")
 
 
-@rule("breakdown.framework",
+@rule("breakdown.framework", frameworks=("sglang",),
       reads=(F.LoadWeightBegin, "target_rank", "gpu:total_gib"),
       concludes=("breakdown:framework",))
 def framework(kb):
@@ -261,7 +261,7 @@ def framework(kb):
                   (total, begin), f"GPU total {total.value} − free before weights {begin.avail_gib} GiB")
 
 
-@rule("breakdown.free",
+@rule("breakdown.free", frameworks=("sglang",),
       reads=(F.TokenBudget, F.GraphCaptureEnd, F.MemoryPoolEnd, "target_rank"),
       concludes=("breakdown:free",))
 def free(kb):
@@ -293,7 +293,7 @@ def free(kb):
 
 
 
-@rule("breakdown.unattributed",
+@rule("breakdown.unattributed", frameworks=("sglang",),
       reads=(F.LoadWeightBegin, "target_rank", "breakdown:free", *(f"breakdown:{c}" for c in HELD_SINCE_WEIGHTS)),
       concludes=("breakdown:unattributed",))
 def unattributed(kb):

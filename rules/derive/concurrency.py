@@ -7,7 +7,7 @@ from capdiag.rules._common import line_ref
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
-@rule("concurrency",
+@rule("concurrency", frameworks=("sglang",),
       reads=(F.Options, F.TokenBudget, "config:dp_size"),
       concludes=("concurrency",))
 def concurrency(kb):

@@ -23,7 +23,7 @@ def _config(key, value, premise, formula):
     return Derived("config", key, value, "config", (premise,), formula)
 
 
-@rule("config",
+@rule("config", frameworks=("sglang",),
       reads=(F.ServerArgs, F.LaunchCommand, F.TokenBudget, F.ModelPathHint, F.KVCacheDtype, F.KVCacheAllocated),
       concludes=(tuple(f"config:{key}" for key in _SERVER_ARGS)))
 def config(kb):
@@ -64,7 +64,7 @@ def config(kb):
             yield _config("kv_cache_dtype", stated[0].dtype, stated[0], f"dtype printed: {stated[0].dtype}")
 
 
-@rule("mem-fraction",
+@rule("mem-fraction", frameworks=("sglang",),
       reads=(F.ServerArgs, F.LaunchCommand, F.MemoryProfiling),
       concludes=("config:mem_fraction_static",))
 def mem_fraction(kb):

@@ -17,7 +17,7 @@ def main_kv_line(lines, budget):
     return (full or matching or sorted(real, key=lambda f: -f.tokens) or [None])[0]
 
 
-@rule("kv-pool.tokens",
+@rule("kv-pool.tokens", frameworks=("sglang",),
       reads=(F.TokenBudget, F.KVCacheAllocated, F.DSV4MemoryCalculation, "target_rank"),
       concludes=("kv_pool:tokens",))
 def tokens(kb):
@@ -46,7 +46,7 @@ def tokens(kb):
         yield Derived("kv_pool", "tokens", Unknown("the log prints no pool token count"), "kv-pool.tokens")
 
 
-@rule("kv-pool.bytes-per-token",
+@rule("kv-pool.bytes-per-token", frameworks=("sglang",),
       reads=(F.DSV4MemoryCalculation, "target_rank", "kv_pool:tokens", "breakdown:kv_cache"),
       concludes=("kv_pool:bytes_per_token",))
 def bytes_per_token(kb):
@@ -76,7 +76,7 @@ def bytes_per_token(kb):
                   {"low": cell.low, "high": cell.high})
 
 
-@rule("kv-pool.budget",
+@rule("kv-pool.budget", frameworks=("sglang",),
       reads=(F.MemoryProfiling, F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryPoolEnd, "target_rank", "config:mem_fraction_static"),
       concludes=("kv_pool:budget_gib", "kv_pool:headroom_gib"))
 def budget(kb):

@@ -58,7 +58,7 @@ def _startup(kb, attr):
     return (s, getattr(s, attr)) if s is not None else (None, None)
 
 
-@rule("vllm.breakdown.weights",
+@rule("vllm.breakdown.weights", frameworks=("vllm",),
       reads=(F.VllmModelLoading, F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank", "stand_in"),
       concludes=("breakdown:weights",))
 def weights(kb):
@@ -88,7 +88,7 @@ def weights(kb):
               "vllm.breakdown.weights", (), "")
 
 
-@rule("vllm.breakdown.kv-cache",
+@rule("vllm.breakdown.kv-cache", frameworks=("vllm",),
       reads=(F.VllmAvailableKV, F.VllmMemoryProfile, F.VllmInitialFree, F.VllmCpuKVSpace, "target_rank", "stand_in",
              "config:gpu_memory_utilization?"),
       concludes=("breakdown:kv_cache",))
@@ -147,7 +147,7 @@ def _xpu_kv(kb):
             f"({line_ref(total)}, {line_ref(peak)})")
 
 
-@rule("vllm.breakdown.cuda-graph",
+@rule("vllm.breakdown.cuda-graph", frameworks=("vllm",),
       reads=(F.VllmGraphCapture, F.VllmGraphPool, F.VllmGraphEstimate, "target_rank", "stand_in", "config:enforce_eager",
              F.VllmCpuKVSpace),
       concludes=("breakdown:cuda_graph",))
@@ -190,7 +190,7 @@ def cuda_graph(kb):
                   "vllm.breakdown.cuda-graph", (), "")
 
 
-@rule("vllm.breakdown.activation",
+@rule("vllm.breakdown.activation", frameworks=("vllm",),
       reads=(F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank", "stand_in"),
       concludes=("breakdown:activation",))
 def activation(kb):
@@ -211,7 +211,7 @@ def activation(kb):
             return
 
 
-@rule("vllm.breakdown.framework",
+@rule("vllm.breakdown.framework", frameworks=("vllm",),
       reads=(F.VllmMemoryProfile, F.VllmStartupMemory, "target_rank", "stand_in", "breakdown:weights"),
       concludes=("breakdown:framework",))
 def framework(kb):
@@ -242,7 +242,7 @@ def framework(kb):
               "vllm.breakdown.framework", (), "")
 
 
-@rule("vllm.breakdown.budget",
+@rule("vllm.breakdown.budget", frameworks=("vllm",),
       reads=(F.VllmMemoryProfile, F.VllmStartupMemory, F.VllmCpuKVSpace, "target_rank", "stand_in",
              "config:gpu_memory_utilization", "gpu:total_gib"),
       concludes=("breakdown:budget",))

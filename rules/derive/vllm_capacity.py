@@ -18,7 +18,7 @@ def release(version) -> tuple:
     return tuple(parts)
 
 
-@rule("vllm.kv-pool.tokens",
+@rule("vllm.kv-pool.tokens", frameworks=("vllm",),
       reads=(F.VllmKVCacheSize, F.VllmStartupError, F.VllmGpuBlocks, F.VllmHybridBlockSize, "config:block_size", "config:framework_version"),
       concludes=("kv_pool:tokens",))
 def tokens(kb):
@@ -61,7 +61,7 @@ def tokens(kb):
         yield Derived("kv_pool", "tokens", Unknown(reason), "vllm.kv-pool.tokens", (blocks,) if blocks else ())
 
 
-@rule("vllm.kv-pool.bytes-per-token",
+@rule("vllm.kv-pool.bytes-per-token", frameworks=("vllm",),
       reads=("kv_pool:tokens", "breakdown:kv_cache"),
       concludes=("kv_pool:bytes_per_token",))
 def bytes_per_token(kb):
@@ -85,7 +85,7 @@ def bytes_per_token(kb):
                   cell.formula, {"low": cell.low, "high": cell.high})
 
 
-@rule("vllm.concurrency",
+@rule("vllm.concurrency", frameworks=("vllm",),
       reads=(F.Options, "kv_pool:tokens", "config:max_running_requests"),
       concludes=("concurrency",))
 def concurrency(kb):
@@ -122,7 +122,7 @@ def concurrency(kb):
                       tuple(p for p in (tokens_d, seqs) if p is not None), formula, detail)
 
 
-@rule("vllm.concurrency-check",
+@rule("vllm.concurrency-check", frameworks=("vllm",),
       reads=(F.VllmMaxConcurrency, "kv_pool:tokens"),
       concludes=("concurrency_check",))
 def concurrency_check(kb):

@@ -26,7 +26,7 @@ def _stated(value) -> bool:
     return isinstance(value, (str, int, float, bool))
 
 
-@rule("vllm.config",
+@rule("vllm.config", frameworks=("vllm",),
       reads=(F.VllmVersion, F.VllmEngineConfig, F.VllmArgs, F.VllmMaxModelLen, F.VllmMaxConcurrency, F.VllmStartupError,
              F.VllmModelName, F.LaunchCommand),
       concludes=("config:framework_version", *(f"config:{key}" for key in _FIELDS)))
@@ -87,7 +87,7 @@ def config(kb):
                               f"launch command {'-' if len(name) <= 2 else '--'}{name.replace('_', '-')} {value}")
 
 
-@rule("vllm.gpu-memory-utilization",
+@rule("vllm.gpu-memory-utilization", frameworks=("vllm",),
       reads=(F.VllmArgs, F.VllmMemoryProfile, F.VllmStartupMemory, F.VllmUtilizationAdvice, F.VllmInitialFree,
              F.LaunchCommand),
       concludes=("config:gpu_memory_utilization",))

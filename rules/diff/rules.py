@@ -124,5 +124,3 @@ def finding_changes(kb):
             yield Derived("diff_finding", name, {"status": status, "title": fact.value}, "diff.findings", (fact,),
                           f"{name} {status}: {fact.value}")
 
-
-DIFF_RULES = (config_changes, memory_changes, capacity_changes, finding_changes)
