@@ -204,7 +204,7 @@ def build(a: Analysis) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "framework": a.framework,
-        "source": {"path": a.path, "lines": a.lines_read, "launches": len(a.launches),
+        "source": {"path": a.path, "lines": a.lines_read, "read_from": _read_from(facts), "launches": len(a.launches),
                    "analyzed_launch": a.launch.index, "first_line": a.launch.first_line,
                    "last_line": a.launch.last_line, "phase_reached": kb.value("phase"), "ready": ready,
                    "stopped_at": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
@@ -339,6 +339,12 @@ def _summary(findings: list[dict[str, Any]], ready: bool, last: F.Fact) -> dict[
     return {"outcome": "failed" if failed else "stopped", "title": stopper["title"], "message": stopper["message"],
             "line": stopper["main_evidence"] if failed else {"line": last.evidence.line, "text": last.evidence.text},
             "next_step": stopper["action"], "finding": stopper["code"], "headlines": headlines}
+
+
+def _read_from(facts: list[F.Fact]) -> str:
+    """"endpoints" when every fact came from a running server's answers (capdiag probe), else "log"."""
+    return "endpoints" if facts and all(f.evidence.line == F.INPUT_LINE and f.evidence.source not in ("log", "input")
+                                        for f in facts) else "log"
 
 
 def _runtime(kb) -> Optional[dict[str, Any]]:

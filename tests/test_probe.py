@@ -107,7 +107,9 @@ def test_sglang_old_endpoints_fall_back(serve):
     # /get_load: num_reqs counts running and waiting; the usage is num_tokens over the capacity
     assert rt["running_requests"]["peak"] == 5 and rt["queued_requests"]["peak"] == 2
     assert rt["kv_usage"]["peak"] == round(417725 / 435130, 4)
-    assert report["source"]["lines"] == 2  # endpoints that answered
+    assert report["source"]["lines"] == 2 and report["source"]["read_from"] == "endpoints"  # endpoints that answered
+    assert "http://127.0.0.1:" in render(report, "text").splitlines()[1]
+    assert "2 endpoint(s) or saved scrape(s) read" in render(report, "text").splitlines()[1]
     assert "RUN TIME" in render(report, "text")
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import keyword
 import math
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from capdiag.parsing.literal import parse_call_or_dict
+from capdiag.parsing.process_tag import read_tag
 from capdiag.parsing.sglang import parse_sglang_line
 from capdiag.source import candidate_lines
 from helpers import jsonable, rank_tags, same
@@ -278,3 +280,22 @@ def test_server_args_line_through_the_grammar(prefix, fields):
     parsed = parse_sglang_line(line)
     assert parsed is not None and parsed.cls.__name__ == "ServerArgs" and rank_tags(parsed.rank) == rank
     assert same(jsonable(parsed.values["fields"]), expected(fields)), line
+
+
+# ---- process tags --------------------------------------------------------------------------------
+
+def _tag_terminal(grammar: str, name: str) -> str:
+    """A tag terminal's regex, as the line grammar defines it (so this follows the grammar)."""
+    text = (Path(__file__).resolve().parents[1] / "grammar" / grammar).read_text(encoding="utf-8")
+    return next(line.split(":", 1)[1].strip()[1:-1] for line in text.splitlines() if line.startswith(name + ":"))
+
+
+@SETTINGS
+@given(st.sampled_from([("vllm.lark", "PROC_TAG"), ("traceback.lark", "PROC_TAG"), ("sglang.lark", "RAY_TAG")])
+       .flatmap(lambda where: st.from_regex(_tag_terminal(*where), fullmatch=True)))
+def test_every_tag_the_line_grammars_take_is_read(tag):
+    """grammar/process_tag.lark reads every tag the line grammars take as one token: the pid is
+    the digits after `pid=`, the label the tag without its brackets."""
+    read = read_tag(tag)
+    assert read.pid == int(tag.split("pid=")[1].split(",")[0].split(")")[0])
+    assert read.label == tag[1:-1]
