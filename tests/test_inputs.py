@@ -256,9 +256,9 @@ def test_gpu_total_gib_beats_nvidia_smi():
 
 
 def test_nominal_fallback_is_flagged():
-    # Ascend 910B: the reference has no observed total, only the vendor's 64 GB (MI325X's 256 is
+    # Hygon K100_AI: the reference has no observed total, only the vendor's 64 GB (MI325X's 256 is
     # GiB in its source: test_a_nominal_size_the_vendor_states_in_gib_is_not_converted_from_gb)
-    g = gpu_of(gpu="ascend910b")
+    g = gpu_of(gpu="k100_ai")
     assert g["total_source"] == "nominal"
     assert g["total_gib"] == round(64e9 / GIB, 2) == 59.6
     assert "NOMINAL" in g["total_derivation"]
@@ -428,6 +428,7 @@ def test_documented_query_alone_gives_total_framework_and_other(tmp_path):
     ("5070-ti", "rtx5070ti"), ("a6000", "rtx_a6000"), ("A40", "a40"), ("4090D", "rtx4090d"), ("rtx4080", "rtx4080"),
     ("rtx5080", "rtx5080"), ("mi300a", "mi300a"), ("910B", "ascend910b"), ("gb10", "gb10_dgx_spark"),
     ("910C", "ascend910c"), ("Ascend-910C", "ascend910c"), ("MTT S4000", "mtt_s4000"), ("s4000", "mtt_s4000"),
+    ("MTT_S5000", "mtt_s5000"), ("s5000", "mtt_s5000"),
     ("h100-nvl", "h100_nvl"), ("GH200", "gh200"), ("MI325X", "mi325x"), ("mi355x", "mi355x"), ("l40s", "l40s"),
 ])
 def test_gpu_spellings(spelling, alias):
@@ -474,9 +475,30 @@ def test_chinese_accelerators_carry_their_sources_and_stay_nominal():
     entries = {e["alias"]: e for e in gpu_specs()}
     assert entries["ascend910c"]["vendor_nominal_gb"] == 128 and entries["mtt_s4000"]["vendor_nominal_gb"] == 48
     for alias in ("ascend910c", "mtt_s4000"):
-        assert entries[alias]["source_url"].startswith("https://") and entries[alias]["observed_total_mib"] == []
-    rep = build(analyse(LOG_SINGLE, gpu="mtt-s4000"))
+        assert entries[alias]["source_url"].startswith("https://")
+    assert entries["mtt_s4000"]["observed_total_mib"] == []
+    rep = build(analyse(VLLM_TP2, gpu="mtt-s4000"))  # a log whose free readings fit in 48 GB
     assert rep["gpu"]["total_gib"] == round(48e9 / (1 << 30), 2) and rep["gpu"]["total_source"] == "nominal"
+
+
+def test_a_nominal_total_below_the_free_memory_the_log_reports_is_not_used(tmp_path):
+    """K100_AI's 64 GB as decimal GB is 59.6 GiB; a log that has 78.5 GiB free before the weights
+    contradicts it (Hygon's GB are binary, or the GPU is another): the total stays unknown, so no
+    negative framework row is drawn from it."""
+    rep = build(analyse(sglang_log(tmp_path, "Qwen/Qwen3-8B", 1, "auto"), gpu="k100_ai"))
+    assert rep["gpu"]["total_gib"] is None
+    assert "less than the 78.5 GiB the log reports free (line 2)" in rep["gpu"]["total_derivation"]
+    framework = row(rep, "framework")
+    assert framework["gib"] is None and "nominal 64 GB (59.6 GiB)" in framework["derivation"]
+
+
+@pytest.mark.parametrize("alias", ["910b", "910c"])
+def test_an_ascend_device_is_one_die_of_64_gib_as_npu_smi_reports_it(alias):
+    """npu-smi prints 65536 MB of HBM per 910B, and per die of a 910C (A3 hosts list each package
+    as two chips): a rank's total is 64 GiB, not the 910C package's 128 GB."""
+    rep = build(analyse(LOG_SINGLE, gpu=alias))
+    assert (rep["gpu"]["total_gib"], rep["gpu"]["total_source"]) == (64.0, "reference")
+    assert rep["gpu"]["alias"] == "ascend" + alias and "gpu-capacity-ambiguous" not in {f["rule"] for f in rep["findings"]}
 
 
 @pytest.mark.parametrize("spelling, alias", [
@@ -496,7 +518,7 @@ def test_hygon_dcus_use_the_measured_total_where_one_was_seen_and_say_nominal_ot
     z = build(analyse(LOG_SINGLE, gpu="z100l"))["gpu"]
     assert (z["total_gib"], z["total_source"]) == (round(32752 / 1024, 2), "reference")
     for alias, gb in (("hygon_k100_ai", 64), ("hygon_bw1100", 144)):
-        rep = build(analyse(LOG_SINGLE, gpu=alias))
+        rep = build(analyse(VLLM_TP2, gpu=alias))  # LOG_SINGLE's 78.5 GiB free would contradict 64 GB
         assert rep["gpu"]["total_source"] == "nominal" and rep["gpu"]["total_gib"] == round(gb * 1e9 / (1 << 30), 2)
         assert "gpu-capacity-ambiguous" in {f["rule"] for f in rep["findings"]}
     from capdiag.gpus import gpu_specs

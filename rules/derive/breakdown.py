@@ -8,6 +8,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
+from capdiag.rules.derive.device import avail_caveat
 from capdiag.vocabulary import HELD_SINCE_WEIGHTS
 
 # the lines each reading draws on (its declared reads)
@@ -231,14 +232,16 @@ def mamba_state(kb):
 
 
 @rule("breakdown.framework", frameworks=("sglang",),
-      reads=(F.LoadWeightBegin, "target_rank", "gpu:total_gib"),
+      reads=(F.LoadWeightBegin, "target_rank", "gpu:total_gib", "device:name?"),
       concludes=("breakdown:framework",))
 def framework(kb):
     """What it concludes: `breakdown.framework`: the GiB in use before the weights load.
 
     How: Memory in use before the weights load — CUDA context, NCCL and custom all-reduce buffers,
     and any other process on the GPU — as the GPU total minus the free memory `Load weight begin`
-    reports. Needs the GPU total (`--gpu` or `--gpu-total-gib`).
+    reports. Needs the GPU total (`--gpu` or `--gpu-total-gib`). Unknown on a device whose `avail
+    mem` is not its free memory (XPU: total − PyTorch-allocated; CPU): memory outside PyTorch is
+    then in no reading.
 
     Example: `Load weight begin. avail mem=78.43 GB` on an H100 SXM (`--gpu h100_sxm`, 79.65 GiB):
     1.22 GiB."""
@@ -249,6 +252,12 @@ def framework(kb):
     if begin is None:
         yield row("framework", Unknown("the log has no `Load weight begin` line for this rank"),
                   "unknown", "breakdown.framework", (), "")
+        return
+    caveat = avail_caveat(kb)
+    if caveat is not None:
+        yield row("framework", Unknown(f"`avail mem` on this device is {caveat}, so the memory in use before "
+                                       "the weights is in no reading"),
+                  "unknown", "breakdown.framework", (begin, kb.get("device", "name")), "")
         return
     total = kb.get("gpu", "total_gib")
     if total is None:
@@ -262,14 +271,15 @@ def framework(kb):
 
 
 @rule("breakdown.free", frameworks=("sglang",),
-      reads=(F.TokenBudget, F.GraphCaptureEnd, F.MemoryPoolEnd, "target_rank"),
+      reads=(F.TokenBudget, F.GraphCaptureEnd, F.MemoryPoolEnd, "target_rank", "device:name?"),
       concludes=("breakdown:free",))
 def free(kb):
     """What it concludes: `breakdown.free`: the GiB the rank had left at the end of start-up.
 
     How: What the rank had left at the end of start-up — the `available_gpu_mem` of the
     `max_total_num_tokens` line (TP 0 only), else the last capture-end reading, else the `Memory
-    pool end` reading.
+    pool end` reading. Unknown on a device whose readings are not its free memory (`device.name`:
+    XPU's total − PyTorch-allocated, CPU's host memory), so no advice rests on memory not shown.
 
     Example: `max_total_num_tokens=415615, …, available_gpu_mem=11.94 GB`."""
     rank = target(kb)
@@ -277,13 +287,20 @@ def free(kb):
         return
     budget = next((b for b in kb.of(F.TokenBudget, rank=rank, role=None)
                    if b.available_gpu_mem_gib is not None), None)
+    ends = [e for e in kb.of(F.GraphCaptureEnd, rank=rank, role=None) if e.avail_gib is not None]
+    pools = kb.of(F.MemoryPoolEnd, rank=rank, role=None)
+    last = max(ends + pools, key=lambda f: f.evidence.line, default=None)
+    caveat = avail_caveat(kb)
+    reading = budget or last
+    if reading is not None and caveat is not None:
+        printed = reading.available_gpu_mem_gib if reading is budget else reading.avail_gib
+        yield row("free", Unknown(f"the last reading, {printed} GiB ({line_ref(reading)}), is {caveat}"),
+                  "unknown", "breakdown.free", (reading, kb.get("device", "name")), "")
+        return
     if budget is not None:
         yield row("free", budget.available_gpu_mem_gib, "measured", "breakdown.free", (budget,),
                   f"available_gpu_mem ({line_ref(budget)})")
         return
-    ends = [e for e in kb.of(F.GraphCaptureEnd, rank=rank, role=None) if e.avail_gib is not None]
-    pools = kb.of(F.MemoryPoolEnd, rank=rank, role=None)
-    last = max(ends + pools, key=lambda f: f.evidence.line, default=None)
     if last is not None:
         yield row("free", last.avail_gib, "measured", "breakdown.free", (last,),
                   f"free memory at the last reading of start-up ({line_ref(last)})")

@@ -47,7 +47,7 @@ def identity(kb):
 
 
 @rule("gpu.total", reads=(F.GpuTotal, F.SmiGpu, F.SmiMigDevice, F.VllmMemoryProfile, F.VllmStartupMemory, F.OutOfMemory, F.GpuSpec,
-                        "gpu:identity"), concludes=("gpu:total_gib",))
+                        F.LoadWeightBegin, F.VllmInitialFree, "gpu:identity"), concludes=("gpu:total_gib",))
 def total(kb):
     """What it concludes: `gpu.total_gib`: the GPU's total memory in GiB, and where the figure comes
     from.
@@ -61,7 +61,9 @@ def total(kb):
     neither figure, so this is a little under memory.total — said so), and only then the reference's
     nominal GB — converted (GB × 10^9 / 2^30) and marked nominal, because marketing GB are not
     usable GiB; a nominal figure the vendor states in GiB (AMD's ROCm table) is taken as it is,
-    still marked nominal.
+    still marked nominal. A nominal total below the free memory the log reports (`Load weight
+    begin`, `Initial free memory`) is contradicted by it and left unknown: the vendor's "GB" was
+    binary there, or the entry is not the GPU.
 
     Example: `Free memory on device (78.1/79.25 GiB) on startup`: 79.25 GiB."""
     given = kb.first(F.GpuTotal, role=None)
@@ -116,7 +118,17 @@ def total(kb):
                       {"source": "nvidia-smi"})
     elif spec is not None and spec.nominal_gb:
         binary = spec.nominal_unit == "GiB"
-        yield Derived("gpu", "total_gib", gib(spec.nominal_gb if binary else spec.nominal_gb * 1e9 / (1 << 30)),
+        nominal = gib(spec.nominal_gb if binary else spec.nominal_gb * 1e9 / (1 << 30))
+        readings = [(f, f.avail_gib) for f in kb.of(F.LoadWeightBegin, role=None) if f.avail_gib is not None]
+        readings += [(f, f.free_gib) for f in kb.of(F.VllmInitialFree, role=None) if f.free_gib is not None]
+        most = max(readings, key=lambda r: r[1], default=None)
+        if most is not None and most[1] > nominal:
+            yield Derived("gpu", "total_gib", Unknown(
+                f"{spec.names[0]}'s nominal {spec.nominal_gb} {'GiB' if binary else 'GB'} ({nominal} GiB) is less than "
+                f"the {most[1]} GiB the log reports free ({line_ref(most[0])}): the vendor's figure is not the usable "
+                "total; give --gpu-total-gib"), "gpu.total", (spec, ident, most[0]))
+            return
+        yield Derived("gpu", "total_gib", nominal,
                       "gpu.total", (spec, ident),
                       (f"NOMINAL only: {spec.nominal_gb} GiB as the vendor states it" if binary else
                        f"NOMINAL only: {spec.nominal_gb} GB × 10^9 / 2^30")
