@@ -57,7 +57,7 @@ class Finding:
     title: str
     message: str
     action: str
-    because: tuple[dict, ...]  # the conclusions it rests on: rule, topic, key, value, formula
+    because: tuple[dict, ...]  # the conclusions it rests on: rule, topic, key, rank, value, unknown, formula
     evidence: tuple[EvidenceLine, ...]
 
 

@@ -152,3 +152,17 @@ def test_request_lines_are_cited_and_join_the_evidence():
     # the prompt that spells fields inside its quotes did not pose as them
     facts = analyse(str(CASES / "vllm-v063-request-log.log")).knowledge.of(F.RequestLengths, role=None)
     assert dict(facts[0].max_tokens) == {16: 1, 256: 1, 512: 2, 1024: 1}
+
+
+def test_info_level_lines_of_newer_versions_give_max_tokens_only(tmp_path):
+    """vLLM 0.10.2+ at INFO prints the parameters but not the prompt: max_tokens is known, the
+    prompt is not, and the reason names the DEBUG level that would print it."""
+    lines = [line for n in range(3) for line in request_lines("v0.10.2", f"cmpl-{n}", "x", 5, 100 * (n + 1), [])
+             if " INFO " in line]
+    log = tmp_path / "info.log"
+    log.write_text(_startup() + "\n".join(lines) + "\n")
+    rl = build(analyse(str(log)))["runtime"]["observed_lengths"]["request_log"]
+    assert rl["requests"] == 3 and rl["prompt_tokens"]["requests"] == 0 and rl["prompt_tokens"]["mean"] is None
+    assert "VLLM_LOGGING_LEVEL=DEBUG" in rl["prompt_tokens"]["unknown_reason"]
+    assert (rl["max_tokens"]["mean"], rl["max_tokens"]["max"]) == (200, 300)
+    assert rl["mean_budget_tokens"] is None
