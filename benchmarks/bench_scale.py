@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark capdiag on inputs that are large in one dimension (issue 14): many ranks, many
-launches, a soft-wrapped paste, a comma-continued line, a million keyword lines.
+launches, a soft-wrapped paste, a comma-continued line, a million keyword lines, 100,000
+tracebacks after the server is ready.
 
 Each input is generated in the servers' real format by tests/scale_logs.py (the same
 generators the test suite runs at small sizes), then `capdiag explain --format json -o FILE`
@@ -35,9 +36,11 @@ INPUTS = {
     "paste": (scale_logs.soft_wrapped_paste, 10_000_000, lambda r, n: r["observed"]["kv_tokens"] == 415615),
     "comma": (scale_logs.comma_continued, 100_000, lambda r, n: r["source"]["launches"] == 1),
     "keywords": (scale_logs.keyword_lines, 1_000_000, lambda r, n: r["source"]["lines"] == n + 27),
+    "tracebacks": (scale_logs.tracebacks_after_ready, 100_000,
+                   lambda r, n: r["source"]["last_line"] == 27 + 7 * n and r["source"]["ready"]),
 }
 UNITS = {"ranks": "ranks", "launches": "launches", "paste": "bytes", "comma": "comma-ended lines",
-         "keywords": "keyword lines"}
+         "keywords": "keyword lines", "tracebacks": "tracebacks after ready"}
 
 
 def run(capdiag: str, log: Path, out: Path) -> dict:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import heapq
 import inspect
+from array import array
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import attrs
@@ -245,21 +246,28 @@ class Knowledge(_FirstLast):
 
     facts: tuple[F.Fact, ...]
     derived: dict[tuple, Derived] = attrs.Factory(dict)
-    # (position, fact) by class and by (class, rank key), built on first use: a lookup per
-    # rank must not scan every fact, or 10,000 ranks cost 10^8 steps
+    # built on first use, for a lookup by class or by rank must not scan every fact (10,000
+    # ranks would cost 10^8 steps): by class, its facts and their positions (to merge classes
+    # in line order); by rank key, the rank's facts in order. A few words a fact: a list or a
+    # tuple per (class, rank) would cost more than the fact itself.
     _by_class: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
     _by_rank: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def of(self, *kinds: type, rank: Optional[tuple] = None, role: Optional[str] = "target") -> list:
         if not self._by_class and self.facts:
             for position, f in enumerate(self.facts):
-                self._by_class.setdefault(type(f), []).append((position, f))
-                self._by_rank.setdefault((type(f), f.rank.key()), []).append((position, f))
-        classes = [c for c in self._by_class if issubclass(c, kinds)]
-        rows = [row for c in classes for row in (self._by_class[c] if rank is None else self._by_rank.get((c, rank), ()))]
-        if len(classes) > 1:
-            rows.sort(key=lambda row: row[0])
-        return [f for _, f in rows if role is None or f.role == role]
+                found, positions = self._by_class.get(type(f)) or self._by_class.setdefault(type(f), ([], array("L")))
+                found.append(f)
+                positions.append(position)
+                self._by_rank.setdefault(f.rank.key(), []).append(f)
+        if rank is not None:
+            return [f for f in self._by_rank.get(rank, ()) if isinstance(f, kinds) and (role is None or f.role == role)]
+        groups = [self._by_class[c] for c in self._by_class if issubclass(c, kinds)]
+        if len(groups) == 1:
+            rows = groups[0][0]
+        else:
+            rows = [f for _, f in sorted((p, f) for found, positions in groups for p, f in zip(positions, found))]
+        return [f for f in rows if role is None or f.role == role]
 
     def get(self, topic: str, key: Any = None) -> Optional[Derived]:
         return self.derived.get((topic, key))

@@ -88,7 +88,7 @@ class RootCause:
 
 # Errors a framework states on a line of their own; without a traceback they are the exception.
 _STATED = (F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, F.VllmStartupMemory)
-_PIECES = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgnored, F.ExceptionRaised,
+PIECES = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgnored, F.ExceptionRaised,
            F.ValidationDetail, F.ProcessKilled)
 
 
@@ -110,7 +110,7 @@ def exceptions(facts: Iterable[F.Fact]) -> list[Raised]:
             chains += 1
             out.append(Raised(fact, chain=chains))
             continue
-        if not isinstance(fact, _PIECES):
+        if not isinstance(fact, PIECES):
             continue
         process = fact.process
         if process is None:
@@ -173,10 +173,16 @@ def _compiled(pattern: str) -> re.Pattern:
 
 def classify(r: Raised) -> Optional[Cause]:
     """The first catalogue wording an exception matches (by its text, or by its frames' files)."""
-    paths = "\n".join(f.path for f in r.frames)
+    return _classified(r.text, "\n".join(f.path for f in r.frames))
+
+
+# many exceptions of a log share their text and frames (a failure every rank reports, a
+# request failing again and again): each is matched against the catalogue once
+@lru_cache(maxsize=1024)
+def _classified(text: str, paths: str) -> Optional[Cause]:
     for cause in catalogue()[0]:
         w = cause.wording
-        if ("pattern" in w and _compiled(w["pattern"]).search(r.text)) or \
+        if ("pattern" in w and _compiled(w["pattern"]).search(text)) or \
                 ("frames" in w and paths and _compiled(w["frames"]).search(paths)):
             return cause
     return None
@@ -204,8 +210,8 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
     raised = [r for r in exceptions(facts) if not r.ignored]
     # an error a framework states on a line of its own comes after the exceptions: vLLM 0.16+
     # prints `Failed to load model - not enough GPU memory …` before the traceback that raised it
-    raised = [r for r in raised if isinstance(r.exception, _PIECES)] + \
-        [r for r in raised if not isinstance(r.exception, _PIECES)]
+    raised = [r for r in raised if isinstance(r.exception, PIECES)] + \
+        [r for r in raised if not isinstance(r.exception, PIECES)]
     roles = [(r, classify(r)) for r in raised]
     for r, cause in roles:
         if cause is not None and cause.role != "cause":

@@ -19,7 +19,7 @@ from typing import Iterable, Optional
 import attrs
 
 from capdiag import facts as F
-from capdiag.failures import RootCause, failure_of
+from capdiag.failures import PIECES, RootCause, failure_of
 from capdiag.frozen import frozen
 from capdiag.parsing import with_launch
 
@@ -97,6 +97,10 @@ def phase_of(facts: Iterable[F.Fact]) -> str:
 
 
 _FINISHED = _READY + _FAILURES
+# Traceback lines kept once a start-up has ended (ready, or failed): the failure after ready,
+# or what stopped the start-up, is named by the first of them; a server that serves for days
+# can print millions more (a request failing again and again), and those are counted, not kept.
+AFTER_END = 4096
 
 
 class LaunchSplitter:
@@ -128,8 +132,25 @@ class LaunchSplitter:
         self.said: dict[tuple, F.Fact] = {}  # the first opener or begin line of each kind and rank
         self.loads = 2  # model loads a rank makes: target and draft, unless none is stated
         self.finished = self.scheduler_seen = False
+        self.tail = 0  # traceback lines kept after the start-up ended
+        # those past AFTER_END: the places in the group of the first and the last (held there
+        # for the notes said at the close, so the launch still ends where it does), and the count
+        self.dropped: list = []
 
     def add(self, fact: F.Fact) -> None:
+        if self.finished and isinstance(fact, PIECES):
+            self.tail += 1
+            if self.tail > AFTER_END:
+                if not self.dropped:
+                    self.dropped = [len(self.group), len(self.group), 0]
+                    self.group.append(fact)
+                elif self.dropped[1] == len(self.group) - 1 and self.dropped[1] != self.dropped[0]:
+                    self.group[-1] = fact
+                else:
+                    self.dropped[1] = len(self.group)
+                    self.group.append(fact)
+                self.dropped[2] += 1
+                return
         opener, begin = isinstance(fact, _OPENERS), isinstance(fact, _BEGINS)
         key = (type(fact), fact.rank.key())
         said = self.said.get(key) if self.log and (opener or begin) else None
@@ -156,6 +177,16 @@ class LaunchSplitter:
         self.group.append(fact)
 
     def _close(self, ended_by: Optional[str] = None) -> None:
+        if self.dropped:
+            at, last_at, count = self.dropped
+            first, last = self.group[at], self.group[last_at]
+            self.group[at] = F.UnreadLine(evidence=first.evidence, rank=first.rank, reason=(
+                f"{type(first).__name__}: this and {count - 1} more traceback lines up to line {last.evidence.line}, "
+                f"after the first {AFTER_END} once the start-up had ended, are counted, not kept"))
+            if last_at != at:
+                self.group[last_at] = F.UnreadLine(evidence=last.evidence, rank=last.rank, reason=(
+                    f"{type(last).__name__}: the last of the {count} traceback lines from line {first.evidence.line} "
+                    "on that are counted, not kept"))
         launch = Launch(len(self.outlines) + 1, tuple(self.group))
         outline = attrs.evolve(Outline.of(launch), ended_by=ended_by)
         self.outlines.append(outline)

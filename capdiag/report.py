@@ -273,10 +273,35 @@ def build(a: Analysis) -> dict[str, Any]:
         "summary": summary,
         "not_judged": not_judged,
         "runtime": _runtime(kb),
-        "framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
-                                "rank": f.rank.label if f.rank.tagged else None, "text": f.evidence.text}
-                               for f in facts if framework_of(f) == a.framework],
+        **_framework_evidence(facts, a.framework, [target, binding.detail.get("rank") if binding else None]),
     }
+
+
+# framework_evidence lists the lines of at most this many ranks (the target and the binding
+# rank first, then in rank order) and at most this many lines, in line order: enough to audit
+# any rank's figures beside its neighbours', while 10,000 ranks' lines would be most of the
+# report. What is left out is counted in framework_evidence_omitted.
+EVIDENCE_RANKS = 64
+EVIDENCE_LINES = 4096
+
+
+def _framework_evidence(facts: list[F.Fact], framework: str, first: list[Optional[tuple]]) -> dict[str, Any]:
+    own = [f for f in facts if framework_of(f) == framework]
+    tagged = sorted({f.rank.key() for f in own if f.rank.tagged})
+    shown = set(list(dict.fromkeys([k for k in first if k is not None] + tagged))[:EVIDENCE_RANKS])
+    listed = [f for f in own if not f.rank.tagged or f.rank.key() in shown][:EVIDENCE_LINES]
+    out: dict[str, Any] = {"framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
+                                                   "rank": f.rank.label if f.rank.tagged else None,
+                                                   "text": f.evidence.text} for f in listed]}
+    if len(listed) < len(own):
+        kept = {id(f) for f in listed}
+        left = [f for f in own if id(f) not in kept]
+        out["framework_evidence_omitted"] = {
+            "lines": len(left), "ranks": len({f.rank.key() for f in left if f.rank.tagged}),
+            "note": f"the lines of at most {EVIDENCE_RANKS} ranks (the target and the binding rank first) and at "
+                    f"most {EVIDENCE_LINES} lines are listed; every line is still read, and each rank's figures "
+                    "are under `ranks`"}
+    return out
 
 
 # The findings that say what stopped a start-up, most specific first.

@@ -82,6 +82,21 @@ def keyword_lines(count: int) -> Iterator[str]:
                f"application: request {n} hit ReadTimeout after {n % 997} ms")
 
 
+def tracebacks_after_ready(count: int) -> Iterator[str]:
+    """The example start-up, then `count` tracebacks as uvicorn prints them for requests that
+    fail while the server serves (each different in its request): `ERROR:    Exception in ASGI
+    application`, the traceback's lines with no prefix, the exception."""
+    yield from LINES
+    for n in range(count):
+        yield "ERROR:    Exception in ASGI application"
+        yield "Traceback (most recent call last):"
+        yield '  File "/usr/local/lib/python3.12/site-packages/uvicorn/protocols/http/httptools_impl.py", line 409, in run_asgi'
+        yield "    result = await app(  # type: ignore[func-returns-value]"
+        yield '  File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/http_server.py", line 1012, in v1_chat_completions'
+        yield "    return await raw_request.app.state.openai_serving_chat.handle_request(request, raw_request)"
+        yield f"ValueError: request {n}: input of {4096 + n % 997} tokens is longer than the model's context length"
+
+
 def write(path: Path, lines: Iterator[str]) -> int:
     """Write the lines to `path`; the number written."""
     count = 0

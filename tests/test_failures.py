@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.failures import Raised, catalogue, classify, exceptions, root_cause
+from capdiag.parsing import traceback
 from capdiag.parsing.traceback import parse_traceback_line
 from helpers import SHARED, corpus_report, finding
 
@@ -141,6 +143,44 @@ def test_any_exception_line_reads_as_its_type_and_message(kind, message):
     parsed = parse_traceback_line(f"(Worker_TP3 pid=7) ERROR 04-02 10:00:31 [x.py:1] {kind}: {message}")
     assert parsed.cls is F.ExceptionRaised and parsed.values["type"] == kind
     assert parsed.values["message"] == message.strip() and parsed.rank.tp == 3
+
+
+def _grammar_reads(text: str) -> bool:
+    try:
+        traceback._Lines().transform(traceback._parser().parse(text))
+        return True
+    except LarkError:
+        return False
+
+
+_SHAPED = st.one_of(st.text(max_size=120), st.builds(
+    lambda head, gap, body, rest: head + gap + body + rest,
+    st.sampled_from(["", "(EngineCore_DP0 pid=7) ", "(pid=1) (RayWorkerWrapper pid=2, ip=10.0.0.1) ", "ERROR ",
+                     "INFO 04-02 10:00:31 [x.py:1] ", "04-02 10:00:31", "[2026-02-26 05:35:13 DP3 TP3] ",
+                     "[2026-02-26 05:35:13] ERROR scheduler.py:12: ", "\t"]),
+    st.sampled_from(["", " ", "\t "]),
+    st.sampled_from(["Traceback (most recent call last):", 'File "/a/b.py", line 3, in f', "Killed", "Value error, x",
+                     "torch.OutOfMemoryError: CUDA", "AssertionError", "Exception ignored in: <f>", "Scheduler hit an "
+                     "exception: Traceback (most recent call last):", "The above exception was the direct cause",
+                     "Received sigquit from a child process.", "During handling of the above exception", "WARNING: x"]),
+    st.text(max_size=40)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_SHAPED)
+def test_a_line_the_traceback_grammar_reads_always_has_its_shape(text):
+    """The shape test in front of the parser drops no line the parser would read."""
+    assert traceback._shape().match(text) is not None or not _grammar_reads(text)
+
+
+def test_every_traceback_line_of_the_fixtures_has_the_shape_and_warnings_do_not():
+    logs = sorted(CASES.glob("*.log")) + sorted(CORPUS.glob("*/*.log"))
+    read = [line for p in logs for line in p.read_text(encoding="utf-8", errors="replace").splitlines()
+            if _grammar_reads(line)]
+    assert len(read) > 80 and all(traceback._shape().match(line) for line in read)
+    # a server under a failing client: keywords of a traceback, no traceback line
+    assert traceback._shape().match("[2026-03-02 10:00:00] WARNING: Exception in ASGI application: "
+                                    "request 7 hit ReadTimeout after 7 ms") is None
 
 
 # ---- the shared corpus -------------------------------------------------------------------------

@@ -299,3 +299,28 @@ def test_every_tag_the_line_grammars_take_is_read(tag):
     read = read_tag(tag)
     assert read.pid == int(tag.split("pid=")[1].split(",")[0].split(")")[0])
     assert read.label == tag[1:-1]
+
+
+def _grammar_case_bodies() -> list[str]:
+    """The bodies of the SGLang grammar cases: every line kind, after its `[…] ` prefix."""
+    bodies = []
+    for case in sorted((Path(__file__).parent / "grammar_cases").glob("*.txt")):
+        for line in case.read_text().splitlines():
+            if line.startswith("LINE: [") and "] " in line:
+                bodies.append(line[len("LINE: "):].split("] ", 1)[1])
+    return bodies
+
+
+@SETTINGS
+@given(prefixes(), st.sampled_from(_grammar_case_bodies()),
+       st.sampled_from(["", " ", "  "]), st.integers(0, 10 ** 9))
+def test_a_shared_body_parse_reads_as_the_full_parse(prefix, body, pad, big):
+    """Lines that differ only in their `[time TAGS]` prefix share one parse of the body; that
+    shortcut gives exactly what parsing the whole line through the grammar gives."""
+    from capdiag.parsing.sglang import _parse
+    text = prefix[0]
+    if text.startswith("[") and "] " in text:  # vary the spacing and the width of a rank number
+        head, rest = text.split("] ", 1)
+        text = f"{head.replace('TP', f'TP{big}', 1) if ' TP' in head else head}{pad}] {rest}"
+    line = text + body
+    assert parse_sglang_line(line) == _parse(line), line

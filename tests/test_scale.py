@@ -16,6 +16,7 @@ from capdiag.analysis import analyse, read_launches
 from capdiag.api import explain
 from capdiag.parsing import sglang, traceback
 from capdiag.render import JSON_PIECE, render_pieces
+from capdiag.report import EVIDENCE_RANKS
 from capdiag.traffic import TrafficAggregator
 
 
@@ -48,8 +49,14 @@ def test_two_thousand_ranks_share_their_parses_and_are_all_reported(tmp_path, mo
     assert len(report["ranks"]) == 2000 and report["source"]["launches"] == 1
     assert {r["label"] for r in report["ranks"]} == {f"DP{n // 8} TP{n % 8}" for n in range(2000)}
     assert all(r["observed"]["kv_tokens"] == 415615 for r in report["ranks"])
-    # every rank's lines but the graph batch list (no fact), the record and the token budget line
-    assert len(report["framework_evidence"]) == 2000 * (per_rank - 1) + 2
+    # the lines of the first 64 ranks (DP0 TP0, the target, first) but the graph batch list (no
+    # fact), and the untagged record and token budget line; the other ranks' lines are counted
+    listed = report["framework_evidence"]
+    assert len(listed) == EVIDENCE_RANKS * (per_rank - 1) + 2
+    assert {e["rank"] for e in listed} - {None} == {f"DP{n // 8} TP{n % 8}" for n in range(EVIDENCE_RANKS)}
+    assert [e["line"] for e in listed] == sorted(e["line"] for e in listed)
+    omitted = report["framework_evidence_omitted"]
+    assert (omitted["lines"], omitted["ranks"]) == ((2000 - EVIDENCE_RANKS) * (per_rank - 1), 2000 - EVIDENCE_RANKS)
 
 
 def _peak(read) -> int:
@@ -91,6 +98,55 @@ def test_memory_per_rank_is_bounded(tmp_path):
     a, b = _peak(lambda: read_launches(small)), _peak(lambda: read_launches(large))
     per_line = (b - a) / (600 * len(scale_logs._per_rank()))
     assert per_line < 700, per_line  # the line's text, its fact and evidence; one Rank per rank
+
+
+def test_the_target_ranks_lines_are_listed_first_and_the_text_report_says_what_is_left_out(tmp_path):
+    report = explain(_log(tmp_path, "ranks.log", scale_logs.many_ranks(800)), target_rank="DP90 TP3")
+    data = report.to_dict()
+    ranks = {e["rank"] for e in data["framework_evidence"]} - {None}
+    assert "DP90 TP3" in ranks and len(ranks) == EVIDENCE_RANKS
+    omitted = data["framework_evidence_omitted"]
+    assert omitted["ranks"] == 800 - EVIDENCE_RANKS
+    assert f"and {omitted['lines']} more lines of {omitted['ranks']} other ranks, not listed" in report.render("text")
+
+
+def test_a_reports_memory_per_rank_is_bounded(tmp_path):
+    """The whole report (facts, conclusions, the report's data) per rank, not only the reading."""
+    small = _log(tmp_path, "small.log", scale_logs.many_ranks(200))
+    large = _log(tmp_path, "large.log", scale_logs.many_ranks(1000))
+
+    def written(log):  # as `explain --format json -o FILE` writes it
+        for _ in explain(log).render_pieces("json"):
+            pass
+    written(small)
+    a, b = _peak(lambda: written(small)), _peak(lambda: written(large))
+    per_rank = (b - a) / 800
+    # nine lines a rank (~3.3 KB: text, fact, evidence), its observed figures, bars and table
+    # row in the knowledge base and in the report; the listed evidence is capped
+    assert per_rank < 9000, per_rank
+
+
+def test_tracebacks_after_ready_are_kept_up_to_a_bound_and_counted(tmp_path):
+    from capdiag.launches import AFTER_END
+    # four lines of each traceback are pieces: past the bound in both, and both past the size
+    # at which the reader's buffers stop growing (a few read chunks)
+    small = _log(tmp_path, "small.log", scale_logs.tracebacks_after_ready(AFTER_END))
+    large = _log(tmp_path, "large.log", scale_logs.tracebacks_after_ready(2 * AFTER_END))
+    read_launches(small)
+    a, b = _peak(lambda: read_launches(small)), _peak(lambda: read_launches(large))
+    assert b < a + (1 << 20), (a, b)  # 4,096 tracebacks more (28,672 lines): counted, not kept
+    launch = read_launches(large).launches[0]
+    pieces = [f for f in launch.facts if isinstance(f, (F.TracebackStart, F.TracebackFrame, F.ExceptionRaised))]
+    assert len(pieces) == AFTER_END
+    lines = 27 + 7 * 2 * AFTER_END
+    assert launch.phase == "ready" and launch.last_line == lines
+    report = explain(large).to_dict()
+    assert report["source"]["last_line"] == lines
+    assert report["source"]["all_launches"][0]["failure"]["line"] == 34  # the first request's exception
+    first, last = [u for u in report["source"]["unread_lines"] if "counted, not kept" in u["reason"]]
+    dropped = 4 * 2 * AFTER_END - AFTER_END
+    assert first["line"] == 27 + 7 * (AFTER_END // 4) + 2 and last["line"] == lines
+    assert f"this and {dropped - 1} more traceback lines up to line {lines}" in first["reason"]
 
 
 def test_traffic_of_launches_no_longer_analysed_is_dropped(tmp_path, monkeypatch):

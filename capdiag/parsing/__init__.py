@@ -161,4 +161,7 @@ def worker_ranks(facts: list[F.Fact]) -> list[F.Fact]:
 
 
 def with_launch(fact: F.Fact, launch: int) -> F.Fact:
+    # the fact itself when it is already so (a launch's facts are not copied to say it)
+    if fact.evidence.launch == launch:
+        return fact
     return attrs.evolve(fact, evidence=attrs.evolve(fact.evidence, launch=launch))

@@ -283,10 +283,18 @@ def _parser() -> Lark:
     return lalr_parser("sglang.lark", lexer="contextual")
 
 
-# The common prefix `[date time TAGS] `, read the way the grammar reads it. Lines that differ
-# only in it (one line per rank, the same start-up relaunched) share one parse of their body.
-_PREFIX = re.compile(r"\[\s*(?:\d{4}-\d\d-\d\d\s+)?\d\d:\d\d:\d\d(?:[.,]\d+)?((?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d{1,7})*)\s*\]\s*")
+# The common prefix `[date time TAGS] `. Lines that differ only in it (one line per rank, the
+# same start-up relaunched) share one parse of their body. The pattern is assembled from the
+# grammar's own terminals, so it cannot read a prefix differently from the grammar; a prefix it
+# does not take (a Ray tag, no spaces between tags) goes to the full parse.
+@lru_cache(maxsize=1)
+def _prefix() -> "re.Pattern[str]":
+    term = {name: _parser().get_terminal(name).pattern.to_regexp() for name in ("DATE", "TIME", "RANK_TAG")}
+    return re.compile(rf"\[\s*(?:{term['DATE']}\s+)?{term['TIME']}((?:\s+{term['RANK_TAG']})*)\s*\]\s*")
+
+
 _TAGS = re.compile(r"([A-Z_]+?)(\d+)")
+_TAG_DIGITS = 7  # a longer rank number goes to the full parse, which bounds it
 _STAND_IN = "[00:00:00] "  # the prefix a shared body is parsed behind
 SHARED_BODY = 1 << 16  # characters (the source's MAX_JOINED): 256 kept bodies stay under 16 MiB
 
@@ -306,13 +314,16 @@ def _parse_body(body: str) -> Optional[Parsed]:
 
 def parse_sglang_line(text: str) -> Optional[Parsed]:
     """The fact a line states, or None when it is not a line kind the grammar knows."""
-    prefix = _PREFIX.match(text)
+    prefix = _prefix().match(text)
     if prefix is None or len(text) - prefix.end() > SHARED_BODY:
+        return _parse(text)
+    found = _TAGS.findall(prefix.group(1))
+    if any(len(number) > _TAG_DIGITS for _, number in found):
         return _parse(text)
     parsed = _parse_body(text[prefix.end():])
     if parsed is None:
         return None
-    tags = {name.lower(): int(number) for name, number in _TAGS.findall(prefix.group(1))}
+    tags = {name.lower(): int(number) for name, number in found}
     # the body's own `[gpu=N]` tag is read after the prefix's, as the grammar's start rule does
     own = {k: v for k, v in attrs.asdict(parsed.rank).items() if v is not None}
     read_to = None if parsed.read_to is None else parsed.read_to - len(_STAND_IN) + prefix.end()

@@ -79,15 +79,53 @@ def _parser() -> Lark:
     return lalr_parser("traceback.lark", lexer="contextual")
 
 
-# Every body the grammar reads holds one of these words (its terminals spell them so, case
-# and all): a line without any is no traceback piece, and is not handed to the parser, whose
-# failing on a line costs ~50 times this search.
-_BODY_WORD = re.compile(r"Traceback|File|xception|Error|Exit|Interrupt|Failure|Timeout|sigquit|Killed|Value error")
+_GAP = r"[ \t]*"  # the grammar's %ignore: blanks between tokens, or none
 
 
+def _alternatives(patterns) -> str:
+    return "(?:" + "|".join(f"(?:{p})" for p in patterns) + ")"
+
+
+def _rule_pattern(name: str, rules, terms: dict[str, str]) -> str:
+    """A regular expression for what grammar rule `name` reads, from its expansions as Lark
+    compiled them: an optional part is an expansion without it, and `x+`/`x*` a helper rule
+    that repeats itself on the left (`h: x | h x`), read as `x (x)*`. (No rule the header uses
+    recurses otherwise.)"""
+    expansions = [r.expansion for r in rules if r.origin.name == name]
+
+    def sequence(symbols) -> str:
+        return _GAP.join(f"(?:{terms[s.name]})" if s.is_term else _rule_pattern(s.name, rules, terms)
+                         for s in symbols)
+    once = [e for e in expansions if not e or e[0].name != name]
+    again = [e[1:] for e in expansions if e and e[0].name == name]
+    pattern = _alternatives(sequence(e) for e in once)
+    return pattern + (f"(?:{_GAP}{_alternatives(sequence(e) for e in again)})*" if again else "")
+
+
+@lru_cache(maxsize=1)
+def _shape() -> re.Pattern:
+    """The shape every line the grammar reads has, as one regular expression built from the
+    grammar itself: `start: header? body`, the header's rule read into a pattern of its
+    terminals, the body opening with a terminal the parse table accepts after a header. A line
+    a parse would accept always matches it (each token matches its terminal, blanks between
+    them are the ignored `[ \t]*`), so a line that does not is no traceback piece and never
+    reaches the parser, whose failing on a line costs ~50 times this match (a million warnings
+    that name an exception or a timeout, as a server under a failing client prints for hours)."""
+    parser = _parser()
+    terms = {t.name: t.pattern.to_regexp() for t in parser.terminals}
+    table = parser.parser.parser.parser.parse_table
+    after_header = table.states[table.start_states["start"]]["header"][1]
+    body = _alternatives(terms[name] for name in table.states[after_header] if name in terms)
+    header = _rule_pattern("header", parser.rules, terms)
+    return re.compile(f"{_GAP}(?:{header}{_GAP})?{body}")
+
+
+# a traceback repeated (the same failing request, each rank printing the same frames) repeats
+# its lines word for word where they carry no prefix (SGLang, uvicorn): parsed once
+@lru_cache(maxsize=1024)
 def parse_traceback_line(text: str) -> Optional[Parsed]:
     """The traceback piece a line is, or None."""
-    if _BODY_WORD.search(text) is None:
+    if _shape().match(text) is None:
         return None
     try:
         return _Lines().transform(_parser().parse(text))
