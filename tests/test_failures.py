@@ -283,3 +283,43 @@ def test_a_ready_start_up_opens_with_its_headline_findings():
     rep = corpus_report(str(Path(__file__).resolve().parents[1] / "capdiag" / "examples" / "sglang-llama31-8b-h100.log"))
     assert rep["summary"]["outcome"] == "ready" and rep["summary"]["title"] is None
     assert "START-UP" not in render(rep, "text")
+
+
+def _ready_then(lines: list[str]) -> dict:
+    """The bundled example start-up (it reaches ready), then the given lines, as a report."""
+    import scale_logs
+    from capdiag.api import explain
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "served.log"
+        path.write_text("\n".join(scale_logs.LINES + lines) + "\n", encoding="utf-8")
+        return explain(str(path)).to_dict()
+
+
+_REQUEST_TRACEBACK = [
+    "ERROR:    Exception in ASGI application",
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3.12/site-packages/uvicorn/protocols/http/h11_impl.py", line 403, in run_asgi',
+    "    result = await app(  # type: ignore[func-returns-value]",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/http_server.py", line 1012, in v1_chat_completions',
+    "    return await raw_request.app.state.openai_serving_chat.handle_request(request, raw_request)",
+    "ValueError: The input (135000 tokens) is longer than the model's context length (131072 tokens).",
+]
+
+
+def test_a_request_that_fails_while_serving_is_not_a_failed_start_up():
+    """uvicorn logs a request's exception and answers 500; the server serves on."""
+    rep = _ready_then(_REQUEST_TRACEBACK * 3)
+    assert rep["source"]["ready"] is True
+    assert rep["source"]["all_launches"][-1]["failure"] is None
+    assert finding(rep, "startup-failed") is None
+
+
+def test_a_crash_after_ready_outside_a_request_is_still_named():
+    """The same exception raised by the scheduler (no HTTP server frames) stopped the server."""
+    crash = [line.replace("uvicorn/protocols/http/h11_impl.py", "sglang/srt/managers/scheduler.py")
+                 .replace("run_asgi", "event_loop_overlap") for line in _REQUEST_TRACEBACK[1:]]
+    rep = _ready_then(crash)
+    failure = rep["source"]["all_launches"][-1]["failure"]
+    assert failure is not None and failure["text"].startswith("ValueError: The input")
+    assert finding(rep, "startup-failed") is not None

@@ -142,7 +142,7 @@ def test_tracebacks_after_ready_are_kept_up_to_a_bound_and_counted(tmp_path):
     assert launch.phase == "ready" and launch.last_line == lines
     report = explain(large).to_dict()
     assert report["source"]["last_line"] == lines
-    assert report["source"]["all_launches"][0]["failure"]["line"] == 34  # the first request's exception
+    assert report["source"]["all_launches"][0]["failure"] is None  # requests failed; the server served on
     first, last = [u for u in report["source"]["unread_lines"] if "counted, not kept" in u["reason"]]
     dropped = 4 * 2 * AFTER_END - AFTER_END
     assert first["line"] == 27 + 7 * (AFTER_END // 4) + 2 and last["line"] == lines

@@ -16,8 +16,8 @@ def root_cause(kb):
     """What it concludes: `failure`: the named root cause of a failed start-up, its rank and phase.
 
     How: The first exception of the launch that is not a consequence of another (a parent's "Engine
-    core initialization failed", a child's sigquit, a cache miss after the hub refused) nor clean-up
-    noise, named from references/failure-causes.toml; the rank that raised it and the start-up phase
+    core initialization failed", a child's sigquit, a cache miss after the hub refused) nor noise
+    (clean-up at exit; a request's exception the HTTP server caught while serving), named from references/failure-causes.toml; the rank that raised it and the start-up phase
     its traceback was in. Absent when the log shows no failure.
 
     Example: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB.` in a
