@@ -97,8 +97,11 @@ def out_of_memory(kb):
         "weights": f"The static fraction does not bound weight loading, so changing {knob} cannot help: add TP/PP, "
                    "use quantized weights, or free the GPU of other processes.",
     }[direction] + arithmetic
+    # after the ready line it is the serving server that ran out, not its start-up
+    when = "while serving, after start-up" if phase == "ready" else f"during start-up ({phase.replace('_', ' ')})"
+    after = "the server was ready" if phase == "ready" else f"the {phase.replace('_', ' ')} phase"
     yield Parts((*errors, before[-1] if before else None),
-                title=f"Out of memory during start-up ({phase.replace('_', ' ')})",
-                message=f"Out of memory after the {phase.replace('_', ' ')} phase ({line_ref(first)}): {why}.{detail}",
+                title=f"Out of memory {when}",
+                message=f"Out of memory after {after} ({line_ref(first)}): {why}.{detail}",
                 action=action,
                 detail={"direction": direction, "phase": phase, "suggested": suggested})
