@@ -285,15 +285,13 @@ def test_a_ready_start_up_opens_with_its_headline_findings():
     assert "START-UP" not in render(rep, "text")
 
 
-def _ready_then(lines: list[str]) -> dict:
+def _ready_then(tmp_path: Path, lines: list[str]) -> dict:
     """The bundled example start-up (it reaches ready), then the given lines, as a report."""
-    import scale_logs
     from capdiag.api import explain
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "served.log"
-        path.write_text("\n".join(scale_logs.LINES + lines) + "\n", encoding="utf-8")
-        return explain(str(path)).to_dict()
+    from scale_logs import LINES
+    path = tmp_path / "served.log"
+    path.write_text("\n".join(LINES + lines) + "\n", encoding="utf-8")
+    return explain(str(path)).to_dict()
 
 
 _REQUEST_TRACEBACK = [
@@ -307,19 +305,19 @@ _REQUEST_TRACEBACK = [
 ]
 
 
-def test_a_request_that_fails_while_serving_is_not_a_failed_start_up():
+def test_a_request_that_fails_while_serving_is_not_a_failed_start_up(tmp_path):
     """uvicorn logs a request's exception and answers 500; the server serves on."""
-    rep = _ready_then(_REQUEST_TRACEBACK * 3)
+    rep = _ready_then(tmp_path, _REQUEST_TRACEBACK * 3)
     assert rep["source"]["ready"] is True
     assert rep["source"]["all_launches"][-1]["failure"] is None
     assert finding(rep, "startup-failed") is None
 
 
-def test_a_crash_after_ready_outside_a_request_is_still_named():
+def test_a_crash_after_ready_outside_a_request_is_still_named(tmp_path):
     """The same exception raised by the scheduler (no HTTP server frames) stopped the server."""
     crash = [line.replace("uvicorn/protocols/http/h11_impl.py", "sglang/srt/managers/scheduler.py")
                  .replace("run_asgi", "event_loop_overlap") for line in _REQUEST_TRACEBACK[1:]]
-    rep = _ready_then(crash)
+    rep = _ready_then(tmp_path, crash)
     failure = rep["source"]["all_launches"][-1]["failure"]
     assert failure is not None and failure["text"].startswith("ValueError: The input")
     assert finding(rep, "startup-failed") is not None
