@@ -14,6 +14,7 @@ from capdiag import facts as F
 from capdiag.analysis import Analysis, analyse
 from capdiag.errors import InputError
 from capdiag.frozen import frozen
+from capdiag.rows import plain
 from capdiag.source import LogInput
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 from capdiag.whatif import parse_what_if
@@ -75,7 +76,7 @@ class _Document:
         return json.loads(self.to_json())
 
     def to_json(self, indent: Optional[int] = 2) -> str:
-        return json.dumps(self._data, indent=indent, ensure_ascii=False)
+        return json.dumps(self._data, indent=indent, ensure_ascii=False, default=plain)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._data.get('schema')}>"

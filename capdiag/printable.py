@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from capdiag.rows import Rows
+
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069"
                      "\ufeff\ufff9-\ufffb\ufffe\uffff\ud800-\udfff]")
 
@@ -43,4 +45,6 @@ def printable_data(value: Any) -> Any:
         if all(new is old for new, old in zip(items, value)):
             return value
         return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, Rows):
+        return value.map(printable_data)
     return value

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from capdiag import bars, timeseries
 from capdiag.cache import cache_dir
 from capdiag.printable import printable_data
+from capdiag.rows import iterencode
 from capdiag.terminal import DEFAULT_WIDTH, for_terminal, wrap
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def render_pieces(report: dict[str, Any], fmt: str, color: bool = False, width: 
         return
     held: list[str] = []
     size = 0
-    for fragment in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(report):
+    for fragment in iterencode(report):
         held.append(fragment)
         size += len(fragment)
         if size >= JSON_PIECE:

@@ -1,4 +1,5 @@
-"""The report: a plain data object (dicts and lists) built from an Analysis.
+"""The report: a plain data object (dicts and lists; the per-rank rows a capdiag.rows.Rows, made
+as they are read) built from an Analysis.
 
 Its JSON serialisation is the public contract (docs/report-json.md); the text and markdown
 templates read the same object. Nothing here decides anything a rule did not conclude.
@@ -13,6 +14,7 @@ from capdiag.analysis import Analysis
 from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, evidence_chain
 from capdiag.observed import with_contract_keys
 from capdiag.parsing import framework_of
+from capdiag.rows import Rows
 from capdiag.rules import DIFF, FINDING_RULES
 from capdiag.rules.diff.driver import compare
 from capdiag.rules.derive.stand_in import STAND_IN_KINDS
@@ -140,19 +142,21 @@ def build(a: Analysis) -> dict[str, Any]:
     target = kb.value("target_rank")
     binding = kb.get("binding_rank")
     shown = [c for c in RANK_COLUMNS[a.framework] if any(_column(o, c[1]) is not None for o in per_rank.values())]
-    ranks = []
-    for rank in sorted(per_rank):
+    def rank_row(rank: tuple) -> dict[str, Any]:
         tags = _rank_tags(rank, tagged)
         smi = kb.get("nvidia_smi", rank)
         segments = kb.value("rank_memory", rank) or {}
-        ranks.append({"rank": tags, "label": _label(tags) or "TP0",
-                      "observed": with_contract_keys(per_rank[rank], a.framework),
-                      "segments": [{"category": c, "gib": segments[c]} for c in SEGMENTS if c in segments],
-                      "binding": binding is not None and binding.detail.get("rank") == rank,
-                      "target": rank == target,
-                      "columns": [_column(per_rank[rank], keys) for _, keys in shown],
-                      "nvidia_smi": None if smi is None else {k: smi.value[k] for k in
-                                                              ("index", "used_mib", "free_mib", "total_mib")}})
+        return {"rank": tags, "label": _label(tags) or "TP0",
+                "observed": with_contract_keys(per_rank[rank], a.framework),
+                "segments": [{"category": c, "gib": segments[c]} for c in SEGMENTS if c in segments],
+                "binding": binding is not None and binding.detail.get("rank") == rank,
+                "target": rank == target,
+                "columns": [_column(per_rank[rank], keys) for _, keys in shown],
+                "nvidia_smi": None if smi is None else {k: smi.value[k] for k in
+                                                        ("index", "used_mib", "free_mib", "total_mib")}}
+
+    # made as each is read (capdiag.rows): 10,000 ranks' rows are never all held at once
+    ranks = Rows(sorted(per_rank), rank_row)
 
     breakdown = []
     for category in BREAKDOWN:

@@ -12,6 +12,7 @@ import pytest
 from capdiag.analysis import analyse
 from capdiag.render import render
 from capdiag.report import build
+from capdiag.rows import plain
 from helpers import (breakdown_gib, check_breakdown_row, close, corpus_id, corpus_logs,
                      corpus_report, max_concurrent, truth_same)
 
@@ -128,7 +129,7 @@ def test_renders(log):
     report = build(analyse(str(log)))
     text = render(report, "text")
     assert "MEMORY BREAKDOWN" in text and str(log) in text
-    assert json.loads(render(report, "json")) == json.loads(json.dumps(report))
+    assert json.loads(render(report, "json")) == json.loads(json.dumps(report, default=plain))
     try:
         markdown = render(report, "markdown")
     except Exception as exc:  # the markdown template may not exist yet

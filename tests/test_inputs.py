@@ -19,6 +19,7 @@ from capdiag.errors import InputError
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.report import build
+from capdiag.rows import plain
 from helpers import SGLANG_CORPUS, TESTS, fixture, lines_of, row, run_entry, write_log
 
 LOG_SINGLE = fixture("single_gpu_ready.log")
@@ -417,7 +418,7 @@ def test_documented_query_alone_gives_total_framework_and_other(tmp_path):
     held = round(79.2 - 78.42, 2) + 15.01 + 25.63 * 2 + 0.61
     assert rows["other"]["gib"] == round(69322 / 1024 - held, 2) and rows["other"]["status"] == "derived"
     # nothing asks for the nvidia-smi output that was given
-    assert "--nvidia-smi-file" not in json.dumps(rep) and "or nvidia-smi output" not in json.dumps(rep)
+    assert "--nvidia-smi-file" not in json.dumps(rep, default=plain) and "or nvidia-smi output" not in json.dumps(rep, default=plain)
 
 
 # ---- GPU spellings people type ---------------------------------------------------------------------

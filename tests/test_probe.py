@@ -20,6 +20,7 @@ from capdiag.parsing.prometheus import read_metrics
 from capdiag.probe import analyse_probe
 from capdiag.render import render
 from capdiag.report import build
+from capdiag.rows import plain
 
 CASES = Path(__file__).resolve().parent / "endpoint_cases"
 
@@ -135,7 +136,7 @@ def test_vllm_metrics_of_two_versions(serve, version, usage_name, preemptions):
     rt = report["runtime"]
     assert rt["preemptions"] == (preemptions or None) or rt["preemptions"] == preemptions
     summary = next(e for f in report["findings"] for e in f["evidence"]) if report["findings"] else None
-    assert usage_name in json.dumps(report)
+    assert usage_name in json.dumps(report, default=plain)
     for fmt in ("text", "markdown", "html"):
         assert "Run time" in render(report, fmt) or "RUN TIME" in render(report, fmt)
     if version == "0101":
@@ -233,7 +234,7 @@ def test_two_scrapes_of_a_live_server_give_rates(serve):
     assert rates["counters"]["requests"]["increase"] == 65
     # kv_cache_max_concurrency is the pool's requests at max_model_len: checked against the pool
     check = report["kv_pool"]["concurrency_check"] if "concurrency_check" in report["kv_pool"] else None
-    text = json.dumps(report)
+    text = json.dumps(report, default=plain)
     assert "kv_cache_max_concurrency=13.87 (at max_model_len 32768)" in text
     assert check is None or check["agree"]
     finding = next(f for f in report["findings"] if f["name"] == "kv-retractions")
