@@ -113,10 +113,11 @@ def _keyword_offsets(scan: bytes) -> list[int]:
     ends: list[int] = []
     database.scan(scan, match_event_handler=lambda _id, _start, end, _flags, _context: ends.append(end - 1))
     return sorted(ends)
-# Counting newlines is the reader's largest cost after the keyword search (`bytes.count` ~0.7
-# s/GiB); numpy (the `fast` extra) counts at ~0.2 s/GiB but costs ~0.1 s and ~15 MiB to
-# import, so it is used only once this much of a log has been read (on a 128 MiB log, from
-# 64 MiB on, it measured slower). The count is the same either way.
+# Counting newlines is the reader's largest cost after the keyword search (`bytes.count`
+# 0.3-0.7 s/GiB); numpy (the `fast` extra) counts at a quarter of that but costs 0.04-0.1 s
+# and ~15 MiB to import, so it is used on a file of this size or more (from its first block:
+# a regular file's size is known) or once this much of a stream has been read (on a 128 MiB
+# log, from 64 MiB on, it measured slower). The count is the same either way.
 NUMPY_FROM = 256 << 20
 
 
@@ -129,8 +130,18 @@ def _numpy():
     return numpy
 
 
+def _size(stream) -> int:
+    """The bytes of the file under `stream` (a .gz's compressed size, which the text exceeds),
+    0 when it is no regular file."""
+    try:
+        found = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # no descriptor (in memory, a live stream)
+        return 0
+    return found.st_size if stat.S_ISREG(found.st_mode) else 0
+
+
 def _newlines(block: bytes, read: int) -> int:
-    """The newlines in block; `read` the bytes of the input read so far."""
+    """The newlines in block; `read` the bytes of the input read so far, or its size if more."""
     numpy = _numpy() if read >= NUMPY_FROM else None
     if numpy is None:
         return block.count(b"\n")
@@ -501,6 +512,7 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     # and must not shift the line numbers the report cites
     number, held, skipping, read = 0, 0, False, 0
     buffer = bytearray()
+    size = _size(stream)
     try:
         stream = recoded(stream)
         while (got := stream.fill(buffer, held)) != 0:
@@ -528,7 +540,7 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
                 buffer[:held] = buffer[cut + 1:end]
             _refuse_binary(block, number)
             yield number + 1, block
-            number += _newlines(block, read)
+            number += _newlines(block, max(read, size))
         if held:
             block = bytes(buffer[:held])
             _refuse_binary(block, number)

@@ -4,6 +4,7 @@ import io
 import random
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from capdiag import source
@@ -63,3 +64,29 @@ def test_the_reader_splits_as_the_reference_whatever_the_buffer_and_reads(data, 
     with mock.patch.object(source, "CHUNK", chunk), mock.patch.object(source, "MAX_LINE", MAX_LINE), \
             mock.patch.object(source, "NUMPY_FROM", 0 if numpy else source.NUMPY_FROM):
         assert list(physical_lines(stream)) == reference(data)
+
+
+@pytest.mark.skipif(source._numpy() is None, reason="numpy (the fast extra) is not installed")
+def test_a_large_regular_file_counts_with_numpy_from_its_first_block(tmp_path):
+    data = b"".join(b"[2026-03-02 09:14:19] line %d\n" % n for n in range(400))
+    path = tmp_path / "big.log"
+    path.write_bytes(data)
+    used: list[bool] = []
+    real = source._numpy()
+
+    def numpy():
+        used.append(True)
+        return real
+
+    def counted(stream) -> list[tuple[int, str]]:
+        used.clear()
+        with mock.patch.object(source, "CHUNK", 1024), mock.patch.object(source, "NUMPY_FROM", len(data) // 2), \
+                mock.patch.object(source, "_numpy", numpy):
+            return list(physical_lines(stream))
+
+    with path.open("rb") as fh:  # the size is known: numpy for every block
+        assert counted(fh) == reference(data)
+    blocks = len(used)
+    assert blocks == -(-len(data) // 1024)
+    # a stream of unknown size: numpy only once half has been read
+    assert counted(io.BytesIO(data)) == reference(data) and 0 < len(used) < blocks
