@@ -387,6 +387,7 @@ def _measure(args, targets, expect: dict, framework: str, pattern: str) -> list[
         variants = {"capdiag": explain, "noruntime": explain + ["--no-runtime"]}
         if args.fallback:
             variants["fallback"] = [args.python, "-c", FALLBACK, "explain", "--format", "json"]
+            variants["fallback_noruntime"] = variants["fallback"] + ["--no-runtime"]
         if args.reference:
             variants["reference"] = [args.reference, "explain", "--format", "json"]
         for _ in range(args.repeat):
@@ -416,8 +417,9 @@ def _measure(args, targets, expect: dict, framework: str, pattern: str) -> list[
             best = trial if best is None or trial["capdiag_s"] < best["capdiag_s"] else best
         out_json = out / f"{target.name}.capdiag.json"
         # the same report, byte for byte, with the fast extra and without it, and from the reference build
-        identical = {name: (out / f"{target.name}.{name}.json").read_bytes() == out_json.read_bytes()
-                     for name in variants if name in ("fallback", "reference")}
+        same_as = {"fallback": "capdiag", "reference": "capdiag", "fallback_noruntime": "noruntime"}
+        identical = {name: (out / f"{target.name}.{name}.json").read_bytes() ==
+                     (out / f"{target.name}.{same_as[name]}.json").read_bytes() for name in variants if name in same_as}
         report = json.loads(out_json.read_text(encoding="utf-8"))
         problems = check_report(report, expect)
         row = dict(file=target.name, framework=framework, gz=is_gz, bytes=expect["bytes"],
@@ -427,6 +429,8 @@ def _measure(args, targets, expect: dict, framework: str, pattern: str) -> list[
                    cpu_ratio=best["capdiag_cpu_s"] / max(best["grep_cpu_s"], 1e-3),
                    ratio9=best["capdiag_s"] / best["grep9_s"], noruntime_ratio9=best["noruntime_s"] / best["grep9_s"],
                    fallback_ratio9=best["fallback_s"] / best["grep9_s"] if "fallback_s" in best else None,
+                   fallback_noruntime_ratio9=(best["fallback_noruntime_s"] / best["grep9_s"]
+                                              if "fallback_noruntime_s" in best else None),
                    identical=identical,
                    report_ok=not problems and all(identical.values()), problems=problems + [
                        f"the {name} report differs" for name, same in identical.items() if not same],
@@ -495,17 +499,47 @@ def table(rows: list[dict]) -> str:
     """Every comparison side by side: wall seconds, then capdiag's multiples of `grep -c -E`
     with the 9 phrases (the issue's yardstick) and of grep with capdiag's own keyword list."""
     head = ("| file | size MiB | cat | grep -E 9 | rg 9 | grep -i keywords | peer | capdiag | --no-runtime "
-            "| no hyperscan | ×grep9 | ×grep9 no-runtime | ×grep9 no hyperscan | ×grep keywords | CPU ×grep keywords "
-            "| peak RSS MiB | report |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+            "| no hyperscan | no hyperscan, no-runtime | ×grep9 | ×grep9 no-runtime | ×grep9 no hyperscan "
+            "| ×grep9 no hyperscan, no-runtime | ×grep keywords | CPU ×grep keywords "
+            "| peak RSS MiB | report |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     body = "".join(
         f"| {r['file']} | {num(r['size_mib'])}{' (gz ' + num(r['stored_mib']) + ')' if r['gz'] else ''} "
         f"| {num(r['cat_s'])} | {num(r['grep9_s'])} | {num(r.get('rg_s'))} | {num(r['grep_s'])} | {num(r.get('peer_s'))} "
-        f"| {num(r['capdiag_s'])} | {num(r['noruntime_s'])} | {num(r.get('fallback_s'))} | {num(r['ratio9'])}x "
+        f"| {num(r['capdiag_s'])} | {num(r['noruntime_s'])} | {num(r.get('fallback_s'))} "
+        f"| {num(r.get('fallback_noruntime_s'))} | {num(r['ratio9'])}x "
         f"| {num(r['noruntime_ratio9'])}x | {num(r['fallback_ratio9'])}{'x' if r['fallback_ratio9'] else ''} "
+        f"| {num(r['fallback_noruntime_ratio9'])}{'x' if r['fallback_noruntime_ratio9'] else ''} "
         f"| {num(r['ratio'])}x | {num(r['cpu_ratio'])}x | {r['rss_mib']:.1f} "
         f"| {'ok' if r['report_ok'] else 'WRONG'}{' (identical: ' + ', '.join(r['identical']) + ')' if r['identical'] else ''} |\n"
         for r in rows)
     return head + body
+
+
+def targets(rows: list[dict], small_rows: list[dict]) -> str:
+    """Issue 17's targets, each against what this run measured: met or missed, file by file."""
+    checks = []
+
+    def check(target: str, pairs: list[tuple[str, float]], limit: float, unit: str = "×") -> None:
+        if pairs:
+            shown = ", ".join(f"{name} {value:.2f}{unit}" for name, value in pairs)
+            checks.append(f"| {target} | {shown} | {'met' if all(v <= limit for _, v in pairs) else 'MISSED'} |")
+
+    plain = [r for r in rows if not r["gz"]]
+    gz = [r for r in rows if r["gz"]]
+    name = lambda r: r["file"].replace(".log", "")  # noqa: E731
+    check("`--no-runtime` ≤ 1.2× `grep -c -E` (9 phrases)", [(name(r), r["noruntime_ratio9"]) for r in plain], 1.2)
+    check("`--no-runtime` ≤ 2× `grep -c -i -E` (capdiag's keywords)",
+          [(name(r), r["noruntime_s"] / r["grep_s"]) for r in plain], 2.0)
+    check(".gz, `--no-runtime` ≤ 1.2× `zcat | grep -c -E`", [(name(r), r["noruntime_ratio9"]) for r in gz], 1.2)
+    check("run-time section on ≤ 2× `grep -c -E`", [(name(r), r["ratio9"]) for r in plain], 2.0)
+    check("no hyperscan, `--no-runtime` ≤ 2.5× `grep -c -E`",
+          [(name(r), r["fallback_noruntime_ratio9"]) for r in plain if r.get("fallback_noruntime_ratio9")], 2.5)
+    check("peak RSS ≤ 64 MiB", [(name(r), r["rss_mib"]) for r in rows], 64, " MiB")
+    small = {r["command"]: r["wall_s"] for r in small_rows}
+    for command, limit in (("explain --format json", 0.30), ("explain (text)", 0.35), ("capdiag --version", 0.15)):
+        if command in small:
+            check(f"small log: `{command}` ≤ {limit} s (median)", [("4.5 KB", small[command])], limit, " s")
+    return "| target | measured | |\n|---|---|---|\n" + "\n".join(checks) + "\n"
 
 
 def memory_check(rows: list[dict], small: int, large: int) -> tuple[str, bool]:
@@ -597,6 +631,7 @@ def main() -> int:
           "ratio is the steadier comparison.", "",
           table(rows), "### Memory against size", "", mem_text, "",
           *(["### A small log (the 4.5 KB example start-up)", "", small_text] if small_text else []),
+          "### Targets (issue 17)", "", targets(rows, small_rows),
           f"### Report checks: {'all reports correct' if all_ok else 'SOME REPORTS WRONG'}", ""]
     for r in rows:
         md.append(f"- {r['file']}: {r['reported']}" + ("" if r["report_ok"] else f" — {'; '.join(r['problems'])}"))
