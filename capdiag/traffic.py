@@ -278,7 +278,9 @@ class TrafficAggregator:
 
     # ---- SGLang
     def _sglang(self, first: int, block: bytes) -> None:
-        at = block.find(b" batch")
+        at = _batch_at(block, 0, len(block), True)
+        if at < 0:
+            return
         head = _S_HEAD.search(block, _line_at(block, at)[0], at + 1)
         tags = head.group(3) if head else b""
         if any(tag in tags for tag in _MULTI_RANK) or not self._sglang_fast(first, block, tags):
@@ -411,9 +413,20 @@ class TrafficAggregator:
         return sorted(out, key=lambda f: f.evidence.line)
 
 
+_BATCHES = (b"Decode batch", b"Prefill batch")
+
+
+def _batch_at(block: bytes, start: int, stop: int, first: bool) -> int:
+    """Where the first (or last) batch line's `Decode batch`/`Prefill batch` is in
+    block[start:stop], -1 if nowhere. Not ` batch`: the CUDA-graph capture's progress lines
+    (`Capturing batches (bs=…`) hold that too, without a time or a rank's tags."""
+    found = [at for at in ((block.find if first else block.rfind)(name, start, stop) for name in _BATCHES) if at >= 0]
+    return (min if first else max)(found, default=-1)
+
+
 def _sgl_when(block: bytes, start: int, stop: int, first: bool) -> str:
     """The time of the first (or last) batch line in block[start:stop]."""
-    pos = block.find(b" batch", start, stop) if first else block.rfind(b" batch", start, stop)
+    pos = _batch_at(block, start, stop, first)
     head = _S_HEAD.search(block, _line_at(block, pos)[0], pos + 1)
     return _sgl_time(head.groups()) if head else ""
 
