@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 import sys
 import tempfile
 from typing import Iterable, Optional, Union
@@ -59,7 +60,17 @@ def _write(text: Union[str, Iterable[str]], output: Optional[str], color: bool =
         for piece in pieces:  # colour asked for is kept, even into a pipe
             click.echo(piece if color else printable(piece), nl=False, color=color or None)
         return
-    target = os.path.abspath(output)
+    target = os.path.realpath(output)  # through a symlink: the file it names is the one replaced
+    if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+        # a device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is written in place: renaming
+        # over it would leave a regular file where it was (as root, in /dev)
+        try:
+            with open(target, "w", encoding="utf-8") as fh:
+                for piece in pieces:
+                    fh.write(printable(piece))
+        except OSError as exc:
+            raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
+        return
     temp = None
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))

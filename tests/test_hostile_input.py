@@ -9,8 +9,10 @@ import os
 import re
 import resource
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 import xml.dom.minidom
 from pathlib import Path
@@ -322,6 +324,28 @@ def test_a_failed_output_write_keeps_the_old_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # no temporary file left
     ok = _run(["explain", str(EXAMPLE), "--format", "json", "-o", str(target)])
     assert ok.returncode == 0 and json.loads(target.read_text())["framework"] == "sglang"
+
+
+def test_an_output_that_is_no_regular_file_is_written_in_place(tmp_path):
+    # renaming a temporary file over a FIFO (or /dev/null, as root) would replace it with a file
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    done = _run(["explain", str(EXAMPLE), "--format", "json", "-o", str(fifo)])
+    reader.join(timeout=30)
+    assert done.returncode == 0 and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert json.loads(got[0])["framework"] == "sglang"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+    # a directory is refused in one line; a symlink's file is replaced, the link kept
+    done = _run(["explain", str(EXAMPLE), "-o", str(tmp_path)])
+    assert done.returncode == 2 and "is a directory" in done.stderr and len(done.stderr.splitlines()) == 1
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    assert _run(["explain", str(EXAMPLE), "--format", "json", "-o", str(link)]).returncode == 0
+    assert link.is_symlink() and json.loads(real.read_text())["framework"] == "sglang"
 
 
 # ---- .gz edge cases ---------------------------------------------------------------------------
