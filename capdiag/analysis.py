@@ -105,7 +105,8 @@ def read_launches(log: LogInput, framework: Optional[str] = None, until_ready: O
             stream.close()
     if counter.count == 0:
         raise InputError(f"{path}: the log is empty")
-    chosen = framework or votes.winner()
+    # no start-up line but request traffic: the framework whose traffic lines these are
+    chosen = framework or votes.winner() or (traffic.framework if traffic is not None else None)
     if chosen is None:
         _, seen = views[FRAMEWORKS[0]].finish()
         failure = root_cause(seen[0].facts) if seen else None
@@ -115,6 +116,13 @@ def read_launches(log: LogInput, framework: Optional[str] = None, until_ready: O
                          f"(no start-up line of either recognised in {counter.count} lines){said}")
     summed = [f for f in traffic.facts() if f.framework == chosen] if traffic is not None else []
     outlines, kept = views[chosen].finish(summed)
+    if not outlines and summed:
+        # request traffic and no start-up line (an excerpt pasted from a running server's log):
+        # one launch of the traffic alone, its start-up unknown
+        alone = LaunchSplitter(None, log=False)
+        for fact in summed:
+            alone.add(fact)
+        outlines, kept = alone.finish()
     # a worker is placed at its rank by its own line, which may come after its other lines
     kept = [attrs.evolve(l, facts=tuple(worker_ranks(list(l.facts)))) for l in kept]
     if not outlines:

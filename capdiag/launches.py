@@ -92,7 +92,11 @@ class Outline:
 
 
 def phase_of(facts: Iterable[F.Fact]) -> str:
+    """As the startup.phase rule: the furthest phase line, or `ready` for request traffic alone."""
+    facts = tuple(facts)
     reached = [F.PHASES.index(f.PHASE) for f in facts if f.PHASE]
+    if not reached and any(isinstance(f, F.TrafficSummary) for f in facts):
+        return "ready"
     return F.PHASES[max(reached)] if reached else "init"
 
 

@@ -443,7 +443,11 @@ def _sgl_time(row: tuple) -> str:
 
 def _vllm_time(block: bytes, pos: int) -> str:
     start, end = _line_at(block, pos)
-    m = _VLLM_TIME.search(block, start, pos)
+    # the last stamp before the metrics is vLLM's own; docker's `2026-05-12T08:01:39.331Z` or a
+    # compose service name may stand in front of it
+    m = None
+    for m in _VLLM_TIME.finditer(block, start, pos):
+        pass
     if m is None:
         return ""
     return " ".join(p.decode() for p in (m.group(2), m.group(3)) if p)

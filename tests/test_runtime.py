@@ -282,3 +282,17 @@ def test_runtime_premises_name_their_rank_and_figures():
         assert "[0, 0, 0" not in out and "{'lines'" not in out and "{&#39;lines" not in out, fmt
         assert "runtime of all ranks = KV usage p90 93 %" in out, fmt
         assert wanted in out, fmt
+
+
+def test_traffic_alone_is_read_and_every_start_up_figure_is_unknown():
+    # an excerpt pasted from a running server: no start-up line, request traffic only
+    report = build(analyse(str(CASES / "sglang-traffic-only-excerpt.log")))
+    source = report["source"]
+    assert report["framework"] == "sglang" and source["traffic_only"] and source["ready"]
+    assert source["phase_reached"] == "ready" and source["stopped_at"] is None
+    assert {row["status"] for row in report["breakdown"]} == {"unknown"}
+    assert report["runtime"]["retractions"] == 3
+    text = render(report, "text")
+    assert "Start-up: not in the log" in text and "Start-up stops" not in text
+    # a start-up log with traffic is not traffic alone
+    assert not build(analyse(str(CASES / "sglang-dp-attention.log")))["source"]["traffic_only"]

@@ -16,8 +16,17 @@ def phase(kb):
     How: The last start-up phase the launch reached (init, weights, KV pool, graph capture, ready),
     and the last line that shows it.
 
+    A log of request traffic alone (an excerpt pasted from a running server's log, no start-up
+    line in it) is `ready`, shown by its first traffic line: a server prints traffic only once
+    it serves.
+
     Example: `Capture cuda graph begin.` as the last phase line: `graph_capture`."""
     staged = [f for f in kb.facts if f.PHASE]
+    served = min(kb.of(F.TrafficSummary, role=None), key=lambda f: f.evidence.line, default=None)
+    if not staged and served is not None:
+        yield Derived("phase", None, "ready", "startup.phase", (served,),
+                      f"no start-up line in the log; its request traffic ({line_ref(served)}) shows a server serving")
+        return
     if not staged:
         yield Derived("phase", None, "init", "startup.phase", (), "no start-up phase line in the log")
         return

@@ -30,9 +30,11 @@ def startup_incomplete(kb):
     What to do: read the traceback at the cited line; the breakdown covers what was printed
     before it. Out-of-memory failures get their own finding (`out-of-memory`).
     """
-    if kb.of(F.ServerReady, F.VllmEngineReady, role=None) or kb.get("failure") is not None:
-        return
     phase = kb.get("phase")
+    # ready without a ready line: the log is request traffic alone (startup.phase)
+    if (kb.of(F.ServerReady, F.VllmEngineReady, role=None) or kb.get("failure") is not None
+            or (phase is not None and phase.value == "ready")):
+        return
     reached = phase.value if phase is not None else "init"
     crash = next(iter(kb.of(F.SchedulerException, F.VllmStartupError, F.ChildFailed, role=None)), None)
     crash = crash or next((r.exception for r in exceptions(kb.facts) if not r.ignored
