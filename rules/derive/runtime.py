@@ -66,7 +66,8 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
             "share_at_100": _share(sum(n for u, n in ordered if u >= AT_100), counted)},
         "running_requests": {"peak": max((r for _, _, r, _ in s.samples), default=None), "limit": limit,
                              "share_at_limit": _share(at_limit, lines_with_state) if limit else None},
-        "queued_requests": {"peak": s.peak_queue, "lines_queued": queued, "queued_while_kv_full": queued_full,
+        # no line printed a queue (retraction lines alone): its peak is not known to be 0
+        "queued_requests": {"peak": s.peak_queue if lines_with_state else None, "lines_queued": queued, "queued_while_kv_full": queued_full,
                             "queued_at_request_limit": queued_limit,
                             "queued_other": causes["other"], "queued_kv_unknown": queued_unknown},
         "queueing_bound_by": max(causes, key=causes.get) if any(causes.values()) else None,
