@@ -26,51 +26,55 @@ FULL = 1.0  # usage printed as 1.00 (SGLang) or 100.0% (vLLM)
 
 # SGLang: `[2026-03-02 09:14:28 DP1 TP0] Decode batch, …` — the date is absent before v0.3,
 # rank tags as the start-up lines have them, then perhaps `INFO scheduler.py:123: `.
-_SGL_HEAD = rb"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d+)*)\] (?:[A-Z]+ [\w./-]+:\d+: )?"
+# Figures as the patterns take them: at most 15 digits (a 5000-digit run is no figure a server
+# prints, and int() refuses one past 4,300 digits), a decimal point only between digits
+_INT = rb"(\d{1,15})"
+_NUM = rb"(\d{1,15}(?:\.\d{1,15})?)"
+_SGL_HEAD = rb"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d{1,7})*)\] (?:[A-Z]+ [\w./-]+:\d+: )?"
 # Both batch lines in every field set seen across versions: `.` after `batch` before ~v0.4.4,
 # an iteration counter `[N]` with SGLANG_LOG_FORWARD_ITERS, `full`/`swa`/`mamba` usages for
 # hybrid pools (the KV usage is the larger of full and SWA, as SGLang's own get_kv_token_stats;
 # mamba state is not KV), `cache hit rate` in v0.3.x prefill lines, and whatever sits between
 # the usages and `gen throughput` (speculative accept length, PD-disaggregation queues).
 _SGLANG = LazyPattern(
-    _SGL_HEAD + rb"(?:Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+), "
-    rb"(?:full )?token usage: ([\d.]+), (?:#swa token: \d+, swa token usage: ([\d.]+), )?"
-    rb"[^\n]*?gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)"
-    rb"|Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), "
-    rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: ([\d.]+), (?:swa token usage: ([\d.]+), )?"
-    rb"(?:mamba usage: [\d.]+, )?#running-req: (\d+), #queue-req: (\d+))")
+    _SGL_HEAD + rb"(?:Decode batch(?: \[\d+\])?[,.] #running-req: " + _INT + rb", #(?:full )?token: " + _INT + rb", "
+    rb"(?:full )?token usage: " + _NUM + rb", (?:#swa token: \d+, swa token usage: " + _NUM + rb", )?"
+    rb"[^\n]*?gen throughput \(token/s\): " + _NUM + rb", #queue-req: " + _INT +
+    rb"|Prefill batch(?: \[\d+\])?[,.] #new-seq: " + _INT + rb", #new-token: " + _INT + rb", #cached-token: " + _INT + rb", "
+    rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: " + _NUM + rb", (?:swa token usage: " + _NUM + rb", )?"
+    rb"(?:mamba usage: [\d.]+, )?#running-req: " + _INT + rb", #queue-req: " + _INT + rb")")
 # `KV cache pool is full. Retract requests.` (v0.4.8+), `Decode out of memory happened.` before;
 # `#new_tokens_gained` (the tokens the retraction freed) in newer versions.
 _RETRACT = LazyPattern(
     _SGL_HEAD + rb"(?:KV cache pool is full\. Retract requests\.|[Dd]ecode out of memory happened[.,]) "
-    rb"#retracted_reqs: (\d+)(?:, #new_tokens_gained: (\d+))?")
+    rb"#retracted_reqs: " + _INT + rb"(?:, #new_tokens_gained: " + _INT + rb")?")
 # vLLM: V0 `Avg prompt throughput: … Running: R reqs, Swapped: S reqs, Pending: W reqs, GPU KV
 # cache usage: U%, CPU KV cache usage: C%.`, early V1 without the usage, V1 `Engine 000: … Running:
 # R reqs, Waiting: W reqs, GPU KV cache usage: U%, Prefix cache hit rate: H%` (one engine per DP rank).
 _VLLM = LazyPattern(
-    rb"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
-    rb"Running: (\d+) reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): (\d+) reqs(?:, GPU KV cache usage: ([\d.]+)%)?")
-_ENGINE = LazyPattern(rb"Engine (\d+): $")
+    rb"Avg prompt throughput: " + _NUM + rb" tokens/s, Avg generation throughput: " + _NUM + rb" tokens/s, "
+    rb"Running: " + _INT + rb" reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): " + _INT + rb" reqs(?:, GPU KV cache usage: " + _NUM + rb"%)?")
+_ENGINE = LazyPattern(rb"Engine " + _INT + rb": $")
 # Python's regular expressions cost about a character matched, so the fast reading of a block
 # takes only the runs of figures that stand together (the start of a decode line, its end, a
 # prefill line up to its queue) and checks that every line gave them (else the block is read
 # line by line with the full patterns above).
 # (the last group: a hybrid pool's SWA figures follow the usage, which the line-by-line reading takes)
-_S_DECODE = LazyPattern(rb"Decode batch(?: \[\d+\])?[,.] #running-req: (\d+), #(?:full )?token: (\d+), "
-                       rb"(?:full )?token usage: ([\d.]+)(, #swa)?")
-_S_DECODE_TAIL = LazyPattern(rb"gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)")
-_S_PREFILL = LazyPattern(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), "
-                        rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: ([\d.]+), (?:mamba usage: [\d.]+, )?"
-                        rb"#running-req: (\d+), #queue-req: (\d+)")
+_S_DECODE = LazyPattern(rb"Decode batch(?: \[\d+\])?[,.] #running-req: " + _INT + rb", #(?:full )?token: " + _INT + rb", "
+                       rb"(?:full )?token usage: " + _NUM + rb"(, #swa)?")
+_S_DECODE_TAIL = LazyPattern(rb"gen throughput \(token/s\): " + _NUM + rb", #queue-req: " + _INT)
+_S_PREFILL = LazyPattern(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: " + _INT + rb", #new-token: " + _INT + rb", #cached-token: " + _INT + rb", "
+                        rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: " + _NUM + rb", (?:mamba usage: [\d.]+, )?"
+                        rb"#running-req: " + _INT + rb", #queue-req: " + _INT)
 _S_HEAD = LazyPattern(_SGL_HEAD)
 # SGLang names every scheduler's lines the same way (no tags with one GPU, ` TP0` with TP only, and
 # ` DP1 TP0`, ` PP1 TP0`… otherwise), and only attention-TP rank 0 prints traffic: lines without
 # these tags all come from one scheduler.
 _MULTI_RANK = (b"DP", b"PP", b"ATTN_CP", b"MOE_DP")
-_V_ENGINES = LazyPattern(rb"Engine (\d+): Avg prompt")
+_V_ENGINES = LazyPattern(rb"Engine " + _INT + rb": Avg prompt")
 _VLLM_TIME = LazyPattern(rb"(?:(\d{4}-)?(\d\d-\d\d) )?(\d\d:\d\d:\d\d)")
 # V0 warns every 50th preemption, with the running total
-_PREEMPT = LazyPattern(rb"is preempted by PreemptionMode\.\w+ mode[^\n]*?total_num_cumulative_preemption=(\d+)")
+_PREEMPT = LazyPattern(rb"is preempted by PreemptionMode\.\w+ mode[^\n]*?total_num_cumulative_preemption=" + _INT)
 _TAG = LazyPattern(r"([A-Z_]+?)(\d+)")
 _NOT_QUEUED = b"0".__ne__
 

@@ -86,6 +86,36 @@ def test_every_number_of_every_line_kind_at_every_extreme(tmp_path):
     assert cases >= 500 and time.monotonic() - start < 120
 
 
+TRAFFIC_CASES = Path(__file__).resolve().parent / "traffic_cases"
+# the request-time lines are summed from raw blocks (capdiag.traffic), not read as line kinds
+TRAFFIC_NEEDLES = ("Decode batch", "Prefill batch", "Retract requests", "out of memory happened",
+                   "Avg prompt throughput", "total_num_cumulative_preemption")
+
+
+def test_every_number_of_every_traffic_line_at_every_extreme(tmp_path):
+    seen: dict[str, str] = {}
+    for path in sorted(TRAFFIC_CASES.glob("*.log")):
+        for line in path.read_text(encoding="utf-8").split("\n"):
+            needle = next((n for n in TRAFFIC_NEEDLES if n in line), None)
+            shape = needle and (needle, re.sub(r"\d", "0", _NUMBER.sub("N", line)))
+            if shape and shape not in seen:
+                seen[shape] = line
+    assert {needle for needle, _ in seen} == set(TRAFFIC_NEEDLES)
+    problems: list[str] = []
+    cases = 0
+    for (needle, _), line in sorted(seen.items()):
+        body_start = line.find("] ") + 2 if line.startswith("[") else 0
+        for spot in [m for m in _NUMBER.finditer(line) if m.start() >= body_start][:8]:
+            for extreme in EXTREMES + ("0.4.5",):
+                target = tmp_path / "traffic.log"
+                target.write_text(line[:spot.start()] + extreme + line[spot.end():] + "\n" + line + "\n", encoding="utf-8")
+                _check(target, problems, f"{needle}: {line[:60]}… number {spot.group()} -> {extreme[:12]}")
+                cases += 1
+    COUNTS["traffic-line extremes"] = cases
+    assert not problems, problems[:10]
+    assert cases >= 300
+
+
 @pytest.mark.parametrize("depth", [1, 50, 100, 101, 1000, 100_000])
 def test_nesting_depth_in_records(depth, tmp_path):
     text = EXAMPLE.read_text().replace("tokenizer_mode='auto'", "tokenizer_mode=" + "[" * depth + "]" * depth)
