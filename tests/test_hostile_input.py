@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "capdiag" / "examples" / "sglang-llama31-8b-h100.log"
 TEXT = EXAMPLE.read_text()
 VLLM = (FIXTURES / "vllm_v011_max_num_seqs.log").read_text()
+VLLM_V064 = (FIXTURES / "vllm_v064_max_seq_len.log").read_text()
 CAPDIAG = [sys.executable, "-m", "capdiag"]
 
 
@@ -107,6 +108,8 @@ ARITHMETIC = {
     "vllm-kv-1e308": (VLLM, "Available KV cache memory: 4.75 GiB", "Available KV cache memory: 1e308 GiB"),
     "vllm-kv-0": (VLLM, "Available KV cache memory: 4.75 GiB", "Available KV cache memory: 0 GiB"),
     "vllm-concurrency-0": (VLLM, "Maximum concurrency for 32,000 tokens", "Maximum concurrency for 0 tokens"),
+    # every figure of vLLM v0.6's profile line at 0: the GPU total among them (a budget of 0)
+    "vllm-profile-all-0": (VLLM_V064, VLLM_V064.split("\n")[1], re.sub(r"\d+(?:\.\d+)?", "0", VLLM_V064.split("\n")[1])),
 }
 
 

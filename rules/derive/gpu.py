@@ -95,6 +95,7 @@ def total(kb):
                if "total_gpu_memory_gib" in p.values]
     printed += [(s, s.total_gib) for s in kb.of(F.VllmStartupMemory, role=None) if s.total_gib is not None]
     printed += [(o, o.total_capacity_gib) for o in kb.of(F.OutOfMemory, role=None) if o.total_capacity_gib is not None]
+    printed = [(fact, value) for fact, value in printed if value > 0]  # a total of 0 is no GPU's
     if printed:
         fact, value = printed[0]
         yield Derived("gpu", "total_gib", value, "gpu.total", (fact,), f"total printed by the log ({line_ref(fact)})",

@@ -50,6 +50,8 @@ def weights_exceed_budget(kb):
         weights, budget, need, base = used, allowed, used, begin.avail_gib
         knob, premises = "mem_fraction_static", (begin, end, mfs)
         arithmetic = f"weights {used} GiB / free before weights {base} GiB"
+    if base <= 0:  # no fraction of nothing: a zero total or free memory says nothing to raise
+        return
     w = weights if isinstance(weights, float) else weights.value
     b = budget if isinstance(budget, float) else budget.value
     least = round_up(need / base)
