@@ -15,7 +15,7 @@ import click
 from capdiag import __version__, api, ruledocs, terminal
 from capdiag.analysis import read_launches
 from capdiag.api import DEFAULT_FAIL_ON
-from capdiag.errors import InputError
+from capdiag.errors import InputError, quiet_stdout
 from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
@@ -412,15 +412,6 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _quiet_stdout() -> None:
-    """After a failed write to stdout, point it at /dev/null so the interpreter's own flush at
-    exit cannot fail again and print a traceback."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
 def run() -> None:
     """Entry point: input problems become one line on stderr and exit code 2; a reader that
     went away (a closed pipe) ends the run quietly; an output that cannot be written is an error."""
@@ -437,8 +428,8 @@ def run() -> None:
     except InputError as exc:
         _fail(str(exc))
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         sys.exit(141)  # the shell's code for a process whose reader closed the pipe (128 + SIGPIPE)
     except OSError as exc:  # stdout on a full disk, EIO, …: the report was not delivered
-        _quiet_stdout()
+        quiet_stdout()
         _fail(f"the output cannot be written ({exc.strerror or exc})")

@@ -1,5 +1,17 @@
-"""The one error type the CLI turns into a one-line message and exit code 2."""
+"""The one error type the CLI turns into a one-line message and exit code 2, and what is done
+with a standard output that could not be written."""
+import os
+import sys
 
 
 class InputError(Exception):
     """Input that cannot be analysed: missing, binary, empty, unrecognised or malformed."""
+
+
+def quiet_stdout() -> None:
+    """After a failed write to stdout, point it at /dev/null so the interpreter's own flush at
+    exit cannot fail again and print a traceback."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass

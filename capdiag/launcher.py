@@ -5,10 +5,26 @@ import sys
 
 def run() -> None:
     if sys.argv[1:] == ["--version"]:
-        from capdiag import __version__
-
-        print(f"capdiag, version {__version__}")
+        _version()
         return
     from capdiag.cli import run as cli_run
 
     cli_run()
+
+
+def _version() -> None:
+    """The version line; an output that cannot take it ends as the CLI's do (capdiag.cli.run):
+    quietly for a reader that went away, one line and exit code 2 for a full disk or EIO."""
+    from capdiag import __version__
+    from capdiag.errors import quiet_stdout
+
+    try:
+        print(f"capdiag, version {__version__}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+        sys.exit(141)
+    except OSError as exc:
+        quiet_stdout()
+        print(f"capdiag: error: the output cannot be written ({exc.strerror or exc})", file=sys.stderr)
+        sys.exit(2)

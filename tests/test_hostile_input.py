@@ -294,15 +294,18 @@ def test_closed_stdin_and_stdout():
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
-@pytest.mark.parametrize("args", [["rules"], ["explain", str(EXAMPLE)], ["explain", str(EXAMPLE), "--format", "json"]])
+@pytest.mark.parametrize("args", [["--version"], ["rules"], ["explain", str(EXAMPLE)],
+                                  ["explain", str(EXAMPLE), "--format", "json"]])
 def test_a_full_disk_on_stdout_is_one_line(args):
     with open("/dev/full", "w") as full:
         done = subprocess.run(CAPDIAG + args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2 and "Traceback" not in done.stderr and "cannot be written" in done.stderr
 
 
-def test_a_reader_that_goes_away_ends_the_run_quietly():
-    done = subprocess.run(" ".join(CAPDIAG) + f" explain {EXAMPLE} --format json | head -c 10", shell=True,
+@pytest.mark.parametrize("args, reader", [(f"explain {EXAMPLE} --format json", "head -c 10"),
+                                          ("--version", "true"), ("--version", "head -c 1")])
+def test_a_reader_that_goes_away_ends_the_run_quietly(args, reader):
+    done = subprocess.run(" ".join(CAPDIAG) + f" {args} | {reader}", shell=True,
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert "Traceback" not in done.stderr and "Exception" not in done.stderr
 
