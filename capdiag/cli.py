@@ -20,7 +20,7 @@ from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
-from capdiag.printable import printable
+from capdiag.printable import printable, printable_data
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
@@ -296,7 +296,7 @@ def baseline_command(logs, policy, deployment, inputs, output):
     if verdict.errors:
         raise InputError(verdict.errors[0].error)
     document = baseline_document(verdict)
-    _write(json.dumps(document, indent=2, ensure_ascii=False) + "\n", output)
+    _write(json.dumps(printable_data(document), indent=2, ensure_ascii=False) + "\n", output)
     click.echo(printable(f"capdiag: wrote {len(document['entries'])} baseline entries to {output}"), err=True)
 
 
@@ -388,7 +388,10 @@ def facts(log, fmt):
     if fmt == "json":
         out = [{"kind": f.kind, "launch": n, "line": f.evidence.line, "rank": attrs.asdict(f.rank),
                 "role": f.role, "values": _values(f), "text": f.evidence.text} for n, f in rows]
-        _write(json.dumps(out, indent=2, ensure_ascii=False, default=str) + "\n", None)
+        # made printable before it is encoded: a DEL or C1 character json.dumps leaves as it is
+        # would become a `\x7f` that no JSON reader takes
+        _write(json.dumps(printable_data(out), indent=2, ensure_ascii=False, default=lambda v: printable(str(v))) + "\n",
+               None)
         return
     listing = []
     for n, f in rows:

@@ -650,6 +650,8 @@ def test_other_outputs_carry_no_control_character(args, tmp_path, monkeypatch, c
     code, out, err = run_entry(monkeypatch, capsys, *argv)
     _clean_exit(code, out, err, allowed=(0,))
     _no_control(out + err)
+    if "json" in args:  # escaped before it was encoded, so still JSON (a DEL made `\x7f` after was not)
+        assert json.loads(out)
 
 
 def test_an_error_message_carries_no_control_character(tmp_path, monkeypatch, capsys):
@@ -677,3 +679,13 @@ def test_an_optional_figure_out_of_range_is_unknown_and_the_rest_of_the_line_rea
     assert oom[0].process_in_use_gib is None
     notes = [f.reason for f in found if isinstance(f, F.UnreadLine)]
     assert notes == ["OutOfMemory: process_in_use_gib=17179869184.0 is out of range: left unknown"]
+
+
+def test_a_baseline_of_a_log_named_with_control_characters_is_json(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "crash\x7f\x85.log"
+    log.write_text(_sub(TEXT, "mem usage=14.99 GB.", "mem usage=14.99 GB. " + HOSTILE))
+    target = tmp_path / "baseline.json"
+    code, out, err = run_entry(monkeypatch, capsys, "baseline", str(log), "-o", str(target))
+    _clean_exit(code, out, err, allowed=(0,))
+    document = json.loads(target.read_text())
+    _no_control(json.dumps(document, ensure_ascii=False))
