@@ -263,3 +263,25 @@ def test_diff_two_vllm_logs_cli(monkeypatch, capsys):
     code, out, _ = run_entry(monkeypatch, capsys, "diff", corpus("004", VLLM_CORPUS), corpus("009", VLLM_CORPUS),
                              "--format", "markdown")
     assert code == 0 and out.startswith("# capdiag diff") and "| kv_cache | 4.75 | 105.97 |" in out
+
+
+WHAT_IF_KEYS = [(EXAMPLE, change) for change in ("mem_fraction_static=0.8", "kv_cache_dtype=fp8_e4m3", "page_size=16",
+                                                 "tp_size=2", "max_running_requests=8", "context_len=4096")] + [
+    (fixture("vllm_v011_max_num_seqs.log"), change) for change in ("gpu_memory_utilization=0.8", "kv_cache_dtype=fp8",
+                                                                   "tp_size=2", "max_num_seqs=8", "max_model_len=4096")]
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html", "json"])
+@pytest.mark.parametrize("log, change", WHAT_IF_KEYS, ids=[c for _, c in WHAT_IF_KEYS])
+def test_every_what_if_key_renders_in_every_format(log, change, fmt, monkeypatch, capsys):
+    # a change that cannot be projected (tp_size without config.json) has no counterfactual run:
+    # its report says why instead of listing rows it does not have
+    code, out, err = run_entry(monkeypatch, capsys, "explain", log, "--what-if", change, "--format", fmt)
+    assert code == 0 and not err, err
+    key = change.split("=")[0]
+    if fmt == "json":
+        what_if = json.loads(out)["what_if"]
+        assert [(k, str(v)) for k, v in what_if["changes"].items()] == [tuple(change.split("="))]
+        assert ("concurrency" in what_if) != any(n["change"] == key for n in what_if["not_projected"])
+    else:
+        assert key in out
