@@ -133,25 +133,33 @@ CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads":
 VALUES = (0, -1, 1e308, 10 ** 20, int("9" * 300), "8", "", None, [], {}, True, [1, "x"], {"a": [1]}, 0.5)
 
 
+# a Llama's dense shape, and DeepSeek-V3's MLA and MoE fields (a value set to null is written as null)
+BASES = {"llama": ({k: v for k, v in CONFIG.items() if v is not None}, tuple(CONFIG)),
+         "deepseek_v3": (json.loads((Path(__file__).resolve().parent / "inputs" / "config_deepseek_v3.json").read_text()),
+                         ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+                          "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_intermediate_size",
+                          "num_experts_per_tok", "quantization_config"))}
+
+
 def test_every_config_field_of_every_type(tmp_path):
     problems: list[str] = []
     cases = 0
     path = tmp_path / "config.json"
-    for key in CONFIG:
-        for value in VALUES:
-            cfg = {k: v for k, v in {**CONFIG, key: value}.items() if v is not None}
-            path.write_text(json.dumps(cfg))
-            _check(EXAMPLE, problems, f"config {key}={value!r:.20}", config_json=str(path))
-            request = F.PlanRequest(evidence=F.Evidence(0, "plan", 0, "input"), params=None, weight_dtype="bf16",
-                                    kv_dtype="bf16", workloads=((8192, 16),), contexts=(8192,), gpus=8, tp=None,
-                                    framework="sglang", fraction=None, headroom=0.15, training=None)
-            try:
-                plan(PLAN, request, config_json=str(path), gpu="h100_sxm", gpu_total_gib=None)
-            except InputError:
-                pass
-            except Exception as exc:  # noqa: BLE001
-                problems.append(f"plan config {key}={value!r:.20}: {type(exc).__name__}: {exc}"[:300])
-            cases += 2
+    for base, keys in BASES.values():
+        for key in keys:
+            for value in VALUES:
+                path.write_text(json.dumps({**base, key: value}))
+                _check(EXAMPLE, problems, f"config {key}={value!r:.20}", config_json=str(path))
+                request = F.PlanRequest(evidence=F.Evidence(0, "plan", 0, "input"), params=None, weight_dtype="bf16",
+                                        kv_dtype="bf16", workloads=((8192, 16),), contexts=(8192,), gpus=8, tp=None,
+                                        framework="sglang", fraction=None, headroom=0.15, training=None)
+                try:
+                    plan(PLAN, request, config_json=str(path), gpu="h100_sxm", gpu_total_gib=None)
+                except InputError:
+                    pass
+                except Exception as exc:  # noqa: BLE001
+                    problems.append(f"plan config {key}={value!r:.20}: {type(exc).__name__}: {exc}"[:300])
+                cases += 2
     COUNTS["config.json types"] = cases
     assert not problems, problems[:10]
 

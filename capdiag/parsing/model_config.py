@@ -47,6 +47,10 @@ def _check(path: str, fields: dict[str, Any]) -> None:
         raise InputError(f"{path}: hybrid_override_pattern must be a string of at most {MAX_LAYERS} characters")
 
 
+def _stated(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
+
+
 def read_model_config(path: str) -> F.ModelConfig:
     return model_config_from(read_json(path, "config.json"), path)
 
@@ -55,10 +59,12 @@ def model_config_from(data: Any, path: str, source: str = "config.json") -> F.Mo
     """A config.json's parsed JSON (from a file, the Hub, or the command line's shape) → its fact."""
     if not isinstance(data, dict):
         raise InputError(f"{path}: config.json must be a JSON object")
-    fields = dict(data)
+    # a field set to null is a field not stated (as transformers reads it): the rules' own
+    # handling of an absent field applies, instead of arithmetic on None
+    fields = _stated(data)
     for nested in ("text_config", "language_config", "llm_config"):
         if isinstance(data.get(nested), dict):
-            fields = {**fields, **data[nested], "_nested": nested}
+            fields = {**fields, **_stated(data[nested]), "_nested": nested}
     if not isinstance(fields.get("num_hidden_layers"), int):
         raise InputError(f"{path}: config.json has no num_hidden_layers; is it a model's config.json?")
     _check(path, fields)
