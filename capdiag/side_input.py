@@ -44,24 +44,33 @@ def read_text(path: str, what: str) -> str:
         raise InputError(f"{path}: the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def _finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        return all(_finite(v) for v in value)
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    return True
+MAX_DEPTH = 100  # as a log record's values: a real config.json nests a few levels
+
+
+def _problem(value: Any) -> str | None:
+    """What makes parsed JSON unusable: nesting past MAX_DEPTH (json.loads takes ~900 levels,
+    more than any walk of it should recurse through) or a number that is not finite."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "holds a number that is not finite (Infinity, NaN, 1e400)"
+        if isinstance(item, (list, dict)):
+            if depth >= MAX_DEPTH:
+                return f"nests deeper than {MAX_DEPTH} levels"
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return None
 
 
 def read_json(path: str, what: str) -> Any:
     """The file as JSON (UTF-8, -16 or -32, as JSON allows); InputError when it is not, when it
-    nests past the parser's recursion limit, or holds a number that is not finite."""
+    nests past MAX_DEPTH, or holds a number that is not finite."""
     text = read_text(path, what)
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, int digit limit, depth
         raise InputError(f"{path}: the {what} is not valid JSON ({str(exc)[:120]})") from None
-    if not _finite(data):
-        raise InputError(f"{path}: the {what} holds a number that is not finite (Infinity, NaN, 1e400)")
+    problem = _problem(data)
+    if problem is not None:
+        raise InputError(f"{path}: the {what} {problem}")
     return data

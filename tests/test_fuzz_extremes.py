@@ -21,7 +21,7 @@ from capdiag import facts as F
 from capdiag.render import render
 from capdiag.report import build
 from capdiag.source import candidate_lines
-from helpers import FIXTURES
+from helpers import FIXTURES, run_entry
 
 EXTREMES = ("0", "0.00", "-1", "1e308", "1e400", "inf", "nan", "1" + "0" * 20, "9" * 5000)
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
@@ -124,6 +124,19 @@ def test_nesting_depth_in_records(depth, tmp_path):
     problems: list[str] = []
     _check(target, problems, f"depth {depth}")
     assert not problems
+
+
+@pytest.mark.parametrize("depth", [50, 99, 100, 900, 100_000])
+@pytest.mark.parametrize("flag", ["--config-json", "--baseline"])
+def test_nesting_depth_in_json_side_inputs(depth, flag, tmp_path, monkeypatch, capsys):
+    # json.loads takes ~900 levels; a walk of what it returned must not recurse through them
+    side = tmp_path / "deep.json"
+    side.write_text('{"text_config": ' * depth + "{}" + "}" * depth)
+    command = ["gate", str(EXAMPLE)] if flag == "--baseline" else ["explain", str(EXAMPLE)]
+    code, out, err = run_entry(monkeypatch, capsys, *command, flag, str(side))
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    if depth > 100:
+        assert "nests deeper than 100 levels" in err or "not valid JSON" in err
 
 
 CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
