@@ -246,6 +246,8 @@ SMI = {
     "text": "index, memory.used [MiB], memory.free [MiB]\n0, lots MiB, 100 MiB\n",
     "huge-index": "0" * 5000 + ", 100, 100\n",
     "unicode-index": "٣, 100, 100\n",
+    "huge-pid": "pid, process_name, used_gpu_memory [MiB]\n" + "9" * 5000 + ", python3, 9836 MiB\n",
+    "unicode-pid": "pid, process_name, used_gpu_memory [MiB]\n٣٣, python3, 9836 MiB\n",
 }
 
 
@@ -255,6 +257,13 @@ def test_nvidia_smi_cells_that_are_not_figures(name, tmp_path, monkeypatch, caps
     path.write_text(SMI[name], encoding="utf-8")
     code, out, err = run_entry(monkeypatch, capsys, "explain", str(EXAMPLE), "--nvidia-smi-file", str(path))
     _clean_exit(code, out, err, allowed=(2,))
+
+
+@pytest.mark.parametrize("version", ["0." + "9" * 5000 + ".1", "0.²7.1", "9" * 5000])
+def test_a_vllm_version_of_any_digits_is_no_traceback(version, tmp_path, monkeypatch, capsys):
+    text = (FIXTURES / "vllm_v0271_hybrid_tp2.log").read_text()
+    code, out, err = run_entry(monkeypatch, capsys, "explain", _log(tmp_path, _sub(text, "(v0.27.1)", f"(v{version})")))
+    _clean_exit(code, out, err, allowed=(0,))
 
 
 def test_not_applicable_cells_stay_unknown(tmp_path, monkeypatch, capsys):

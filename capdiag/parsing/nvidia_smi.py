@@ -97,11 +97,10 @@ def _processes_csv(rows) -> tuple[list[F.SmiProcess], list]:
         if "index" in header:  # the GPU query's header: its rows follow
             columns, gpu_block = None, True
         # without a header: a pid, a name (never a MiB figure, as the GPU query's second column is), MiB
-        if columns is None and not gpu_block and len(cells) == 3 and cells[0].isascii() and cells[0].isdigit() \
+        if columns is None and not gpu_block and len(cells) == 3 and _is_pid(cells[0]) \
                 and not cells[1].endswith("MiB") and cells[2].endswith("MiB"):
             columns = ["pid", "name", "used_mib"]
-        if columns is None or len(cells) != len(columns) or not (cells[columns.index("pid")].isascii()
-                                                                 and cells[columns.index("pid")].isdigit()):
+        if columns is None or len(cells) != len(columns) or not _is_pid(cells[columns.index("pid")]):
             rest.append(row)
             continue
         values = dict(zip(columns, cells))
@@ -133,6 +132,11 @@ def _from_csv(rows) -> list[F.SmiGpu]:
             values[key] = int(cell) if key == "index" else cell if key == "name" else _mib(cell, number)
         gpus.append(F.SmiGpu(evidence=_evidence(number, raw), **values))
     return gpus
+
+
+def _is_pid(cell: str) -> bool:
+    """A process id as nvidia-smi prints it: ASCII digits, at most 10 (Linux's largest is 2^22)."""
+    return cell.isascii() and cell.isdigit() and len(cell) <= 10
 
 
 def _ints(words: list[str]) -> bool:

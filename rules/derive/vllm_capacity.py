@@ -11,8 +11,8 @@ def release(version) -> tuple:
     """(major, minor) of a version string such as `0.10.1.1` or `0.15.0rc2.dev46+g…`; () if none."""
     parts = []
     for piece in str(version or "").split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
+        digits = "".join(ch for ch in piece if ch.isascii() and ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits or len(digits) > 6:  # no release is numbered past six digits
             break
         parts.append(int(digits))
     return tuple(parts)
