@@ -18,6 +18,9 @@ def _version() -> None:
     from capdiag import __version__
     from capdiag.errors import quiet_stdout
 
+    if sys.stdout is None:  # started with stdout closed (`>&-`): as capdiag.cli._write says
+        print("capdiag: error: standard output is closed", file=sys.stderr)
+        sys.exit(2)
     try:
         print(f"capdiag, version {__version__}")
         sys.stdout.flush()

@@ -297,9 +297,10 @@ def test_closed_stdin_and_stdout():
     closed_in = subprocess.run(" ".join(CAPDIAG) + " explain - <&-", shell=True, capture_output=True, text=True,
                                timeout=60, cwd=REPO)
     assert closed_in.returncode == 2 and "standard input is closed" in closed_in.stderr
-    closed_out = subprocess.run(" ".join(CAPDIAG) + f" explain {EXAMPLE} >&-", shell=True, capture_output=True,
-                                text=True, timeout=60, cwd=REPO)
-    assert closed_out.returncode == 2 and "standard output is closed" in closed_out.stderr
+    for args in (f"explain {EXAMPLE}", "--version"):
+        closed_out = subprocess.run(" ".join(CAPDIAG) + f" {args} >&-", shell=True, capture_output=True,
+                                    text=True, timeout=60, cwd=REPO)
+        assert closed_out.returncode == 2 and "standard output is closed" in closed_out.stderr, args
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
