@@ -15,7 +15,7 @@ import click
 from capdiag import __version__, api, ruledocs, terminal
 from capdiag.analysis import read_launches
 from capdiag.api import DEFAULT_FAIL_ON
-from capdiag.errors import InputError, quiet_stdout
+from capdiag.errors import InputError, ReaderGone, quiet_stdout
 from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
@@ -57,8 +57,11 @@ def _write(text: Union[str, Iterable[str]], output: Optional[str], color: bool =
     if not output:
         if sys.stdout is None:
             raise InputError("standard output is closed; give --output FILE")
-        for piece in pieces:  # colour asked for is kept, even into a pipe
-            click.echo(piece if color else printable(piece), nl=False, color=color or None)
+        try:
+            for piece in pieces:  # colour asked for is kept, even into a pipe
+                click.echo(piece if color else printable(piece), nl=False, color=color or None)
+        except BrokenPipeError:
+            raise ReaderGone() from None
         return
     target = os.path.realpath(output)  # through a symlink: the file it names is the one replaced
     if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
@@ -430,7 +433,7 @@ def run() -> None:
         _fail(exc.format_message())
     except InputError as exc:
         _fail(str(exc))
-    except BrokenPipeError:
+    except (BrokenPipeError, ReaderGone):
         quiet_stdout()
         sys.exit(141)  # the shell's code for a process whose reader closed the pipe (128 + SIGPIPE)
     except OSError as exc:  # stdout on a full disk, EIO, …: the report was not delivered

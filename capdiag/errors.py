@@ -8,6 +8,11 @@ class InputError(Exception):
     """Input that cannot be analysed: missing, binary, empty, unrecognised or malformed."""
 
 
+class ReaderGone(Exception):
+    """Standard output's reader went away (a closed pipe). Not an OSError: click turns an EPIPE
+    OSError into exit code 1 itself, which a CI gate would read as findings that fail it."""
+
+
 def quiet_stdout() -> None:
     """After a failed write to stdout, point it at /dev/null so the interpreter's own flush at
     exit cannot fail again and print a traceback."""
