@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import stat
@@ -21,6 +22,7 @@ from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
 from capdiag.printable import printable, printable_data
+from capdiag.rows import Rows, iterencode, pieces
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
@@ -389,18 +391,30 @@ def facts(log, fmt):
     launches = read_launches(_stdin_or_refuse((log,) if log else ())[0], keep_all=True).launches
     rows = [(launch.index, fact) for launch in launches for fact in launch.facts]
     if fmt == "json":
-        out = [{"kind": f.kind, "launch": n, "line": f.evidence.line, "rank": attrs.asdict(f.rank),
-                "role": f.role, "values": _values(f), "text": f.evidence.text} for n, f in rows]
-        # made printable before it is encoded: a DEL or C1 character json.dumps leaves as it is
-        # would become a `\x7f` that no JSON reader takes
-        _write(json.dumps(printable_data(out), indent=2, ensure_ascii=False, default=lambda v: printable(str(v))) + "\n",
-               None)
+        # each fact's entry made printable before it is encoded (a DEL or C1 character json.dumps
+        # leaves as it is would become a `\x7f` that no JSON reader takes), and made as it is
+        # written (capdiag.rows): 100,000 facts' entries are never all held
+        def entry(row: tuple) -> dict:
+            n, f = row
+            return printable_data({"kind": f.kind, "launch": n, "line": f.evidence.line, "rank": attrs.asdict(f.rank),
+                                   "role": f.role, "values": _jsonable(_values(f)), "text": f.evidence.text})
+
+        _write(itertools.chain(pieces(iterencode(Rows(rows, entry))), ["\n"]), None)
         return
     listing = []
     for n, f in rows:
         values = ", ".join(f"{k}={v!r}" for k, v in _values(f).items() if v not in (None, {}, ()))
         listing.append(f"L{n} line {f.evidence.line:>6}  {f.rank.label:<14} {f.role:<6} {f.kind}: {values}"[:400] + "\n")
     _write("".join(listing), None)
+
+
+def _jsonable(value):
+    """`value` with whatever JSON has no type for (a parsed call, an elision) as its text."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
 def _values(fact) -> dict:

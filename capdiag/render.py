@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from capdiag import bars, timeseries
 from capdiag.cache import cache_dir
 from capdiag.printable import printable_data
-from capdiag.rows import iterencode
+from capdiag.rows import iterencode, pieces
 from capdiag.terminal import DEFAULT_WIDTH, for_terminal, wrap
 
 if TYPE_CHECKING:
@@ -75,9 +75,6 @@ def render(report: dict[str, Any], fmt: str, color: bool = False, width: int = D
     return "".join(render_pieces(report, fmt, color, width))
 
 
-JSON_PIECE = 1 << 16  # characters of JSON handed out at a time
-
-
 def render_pieces(report: dict[str, Any], fmt: str, color: bool = False, width: int = DEFAULT_WIDTH) -> Iterator[str]:
     """render() a piece at a time, for writing as it goes: the JSON report is encoded as it is
     written, never held whole (for 10,000 ranks it is tens of MB, and json.dumps with an
@@ -87,15 +84,8 @@ def render_pieces(report: dict[str, Any], fmt: str, color: bool = False, width: 
         text = _env().get_template(f"{fmt}.j2").render(r=report, color=color, width=width)
         yield for_terminal(text, width, color) if fmt == "text" else text
         return
-    held: list[str] = []
-    size = 0
-    for fragment in iterencode(report):
-        held.append(fragment)
-        size += len(fragment)
-        if size >= JSON_PIECE:
-            yield "".join(held)
-            held, size = [], 0
-    yield "".join(held) + "\n"
+    yield from pieces(iterencode(report))
+    yield "\n"
 
 
 def render_trace(rows: list[dict[str, Any]], width: int = DEFAULT_WIDTH) -> str:

@@ -12,7 +12,7 @@ from capdiag.analysis import analyse
 from capdiag.printable import printable_data
 from capdiag.render import render
 from capdiag.report import build
-from capdiag.rows import Rows, iterencode, plain
+from capdiag.rows import Rows, iterencode, pieces, plain
 from helpers import write_log
 from scale_logs import many_ranks
 
@@ -68,3 +68,10 @@ def test_a_report_of_many_ranks_streams_the_rows_it_would_list(tmp_path):
     assert [r["label"] for r in streamed["ranks"]] == [f"DP{n // 8} TP{n % 8}" for n in range(64)]
     assert streamed == json.loads(json.dumps(report, default=plain))
     assert all(r["observed"]["kv_tokens"] == 415615 for r in streamed["ranks"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_VALUES, max_size=6))
+def test_streamed_rows_alone_are_json_dumps_of_the_list(values):
+    # the facts listing: a top-level list written a row at a time, in pieces
+    assert "".join(pieces(iterencode(_rows(values)))) == json.dumps(values, indent=2, ensure_ascii=False)

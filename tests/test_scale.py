@@ -15,7 +15,8 @@ from capdiag import facts as F
 from capdiag.analysis import analyse, read_launches
 from capdiag.api import explain
 from capdiag.parsing import sglang, traceback
-from capdiag.render import JSON_PIECE, render_pieces
+from capdiag.render import render_pieces
+from capdiag.rows import PIECE as JSON_PIECE
 from capdiag.report import EVIDENCE_RANKS
 from capdiag.traffic import TrafficAggregator
 
