@@ -261,7 +261,8 @@ class VllmStartupError(VllmFact):
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("kv_tokens", "kv_cache_tokens"),)
     reason: str  # "no-cache-memory", "max-seq-len", "engine-failed"
     model_len: Optional[int] = None
-    kv_tokens: Optional[int] = None
+    kv_tokens: Optional[int] = None  # V0's wording: the tokens the pool holds
+    longest_fit: Optional[int] = None  # V1's: the longest request the memory allows, as vLLM estimates
 
 
 @frozen_fact

@@ -224,13 +224,18 @@ class _Lines(Transformer):
         return (F.VllmStartupError, {"reason": "no-cache-memory"})
 
     def seq_len_exceeds(self, items):
-        """V0: `max seq len (N) is larger than … stored in KV cache (M)`; V1: `… max seq len (N),
-        (X GiB KV cache is needed, … available KV cache memory (Y GiB). … the estimated maximum
-        model length is M.`"""
+        """V0: `max seq len (N) is larger than … stored in KV cache (M)`: M is the pool's tokens.
+        V1: `… max seq len (N), (X GiB KV cache is needed, … available KV cache memory (Y GiB). …
+        the estimated maximum model length is M.`: M is the longest one request the memory
+        allows, the pool's tokens only when every layer is full attention (a sliding-window or
+        mamba layer holds less than a token's KV for each), so it is not read as them."""
         numbers = [t for t in items[-1] if t.type == "PNUM"]
         plain = [int(float(str(t))) for t in numbers if split_quantity(str(t))[1] is None]
+        stored = numbers_after(items[-1], "PNUM", ("stored in KV cache (",))
+        longest = numbers_after(items[-1], "PNUM", ("estimated maximum model length is",))
         return (F.VllmStartupError, {"reason": "max-seq-len", "model_len": plain[0] if plain else None,
-                                     "kv_tokens": plain[-1] if len(plain) > 1 else None})
+                                     "kv_tokens": int(stored[0]) if stored else None,
+                                     "longest_fit": int(longest[0]) if longest else None})
 
     def engine_failed(self, _):
         return (F.VllmStartupError, {"reason": "engine-failed"})
