@@ -154,10 +154,16 @@ BATCH = 4096  # lines put in one block when they come one by one
 # CSI (colours, cursor moves) and OSC (window title, hyperlinks), the OSC ended by BEL or by ST (`ESC \`)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
 _ANSI_BYTES = re.compile(_ANSI.pattern.encode())
+# The same colours as a syslog relay writes a control character it escaped (rsyslog, then
+# CloudWatch): ESC as the text `#033`
+_ESCAPED_ANSI = re.compile(r"#033\[[0-9;?]*[ -/]*[@-~]")
 # What a host, a container runtime or a paste puts in front of the server's own line, outermost
 # first; each is removed at most once, in this order. The one place that knows them.
 _TRANSPORT = re.compile("".join(f"(?:{part})?" for part in (
     r"[-*] (?=\S)",  # a markdown list item
+    # DJL Serving (SageMaker's LMI containers) around its Python worker's output: `[INFO ] PyProcess
+    # - W-210-model-stdout: `; a paste may have lost the `[`
+    r"\[?(?:TRACE|DEBUG|INFO|WARN|ERROR) *\] PyProcess - W-\d+-\S+?-std(?:out|err): ",
     r"[\w.\-]+\s+\|\s",  # docker-compose service (`vllm-1  | `)
     r"\[pod/[^\]\s]+\]\s",  # kubectl logs --prefix
     # journald (`Apr 19 17:30:52 host unit[pid]: `, short and ISO forms)
@@ -575,6 +581,8 @@ def line_text(data: bytes) -> str:
         text = _json_log(text)
     if "\x1b" in text:
         text = _ANSI.sub("", text)
+    if "#033[" in text:
+        text = _ESCAPED_ANSI.sub("", text)
     return text.replace("\x00", "") if "\x00" in text else text
 
 

@@ -400,7 +400,21 @@ def test_ansi_colour_never_reaches_any_output_format(tmp_path):
     "[pod/vllm-7c9d5b-x2k4q/vllm] " + VLLM_KV,
     "2026-04-19T17:30:52.6113452Z " + VLLM_KV,
     "vllm-1  | 2026-04-19T17:30:52.611Z " + VLLM_KV,
+    "[INFO ] PyProcess - W-210-model-stdout: " + VLLM_KV,
+    "INFO ] PyProcess - W-1822-deepseek-coder.v2-stderr: " + VLLM_KV,
+    "[WARN ] PyProcess - W-210-model-stdout: " + VLLM_KV,
 ], ids=["docker-desktop-bar", "journald", "journald-one-digit-day", "journald-iso", "cri", "kubectl-prefix",
-        "github-actions", "compose+timestamps"])
+        "github-actions", "compose+timestamps", "djl-worker", "djl-worker-bracket-lost", "djl-warn"])
 def test_host_and_container_prefixes_before_vllm_lines(raw):
     assert clean(raw) == [VLLM_KV]
+
+
+def test_colours_a_syslog_relay_escaped_as_text_are_removed(tmp_path):
+    # rsyslog (then CloudWatch) writes ESC as `#033`: `#033[1;36m(VllmWorkerProcess pid=240)#033[0;0m`
+    line = ("[INFO ] PyProcess - W-210-model-stdout: #033[1;36m(VllmWorkerProcess pid=240)#033[0;0m INFO 02-14 "
+            "08:23:25 model_runner.py:1563] Graph capturing finished in 5 secs, took 0.47 GiB")
+    path = tmp_path / "djl.log"
+    path.write_text(line + "\n")
+    (found,) = [l.text for l in candidate_lines(physical_lines(open_input(str(path))))]
+    assert found == ("(VllmWorkerProcess pid=240) INFO 02-14 08:23:25 model_runner.py:1563] Graph capturing "
+                     "finished in 5 secs, took 0.47 GiB")

@@ -5,7 +5,7 @@ from capdiag.engine import Parts, cannot_judge, rule
 from capdiag.rules._common import line_ref
 
 @rule("context-exceeds-kv", code="CD104", severity="warning", thresholds={"few_requests": 2},
-      reads=(F.VllmStartupError, F.VllmMaxConcurrency, "kv_pool:tokens", "config:max_model_len?", "config:context_len?"))
+      reads=(F.VllmStartupError, F.VllmMaxConcurrency, F.VllmKVCacheSize, "kv_pool:tokens", "config:max_model_len?", "config:context_len?"))
 def context_exceeds_kv(kb, t):
     """What it checks: one request at the full context length (SGLang's `context_len`, vLLM's
     `max_model_len`) does not fit in the KV pool, or only a handful do. vLLM refuses to start
@@ -47,9 +47,14 @@ def context_exceeds_kv(kb, t):
         return
     # vLLM's own `Maximum concurrency` at this length counts what a request holds in each
     # layer: a sliding-window layer keeps only its window, so a hybrid model fits more requests
-    # than tokens // length (gemma-3: 52,608 tokens, 7.64 requests of 32,768)
+    # than tokens // length (gemma-3: 52,608 tokens, 7.64 requests of 32,768). Its ratio to the
+    # printed pool scales any pool (a what-if's too); ~1 for full attention, where tokens // length
+    # is exact and the printed 2 decimals are not.
     stated = next((c for c in kb.of(F.VllmMaxConcurrency, role=None) if c.tokens == context.value), None)
-    fit = int(stated.x) if stated is not None else tokens.value // context.value
+    printed = min((s.tokens for s in kb.of(F.VllmKVCacheSize, role=None)), default=None)
+    ratio = stated.x * stated.tokens / printed if stated is not None and printed else 1.0
+    stated = stated if ratio > 1.01 else None
+    fit = int(round(tokens.value * ratio / context.value, 6)) if stated is not None else tokens.value // context.value
     if fit >= t["few_requests"]:
         return
     title = ("One request at the full context does not fit in the KV pool" if fit == 0
