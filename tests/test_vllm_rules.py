@@ -443,3 +443,11 @@ def test_v1_max_seq_len_log_still_reports_the_failure():
     assert rep["source"]["ready"] is False
     f = finding(rep, "startup-failed")
     assert f["severity"] == "error" and f["detail"]["cause"] == "kv-cache-below-max-model-len"
+
+
+def test_a_kv_reservation_is_the_observed_kv_memory():
+    # --kv-cache-memory skips profiling: `reserved 40.00 GiB memory for KV Cache` stands where
+    # `Available KV cache memory` would be printed
+    rep = report("vllm_v033_kv_reserved.log")
+    assert rep["observed"]["available_kv_cache_gib"] == 40.0
+    assert next(r for r in rep["breakdown"] if r["category"] == "kv_cache")["gib"] == 40.0

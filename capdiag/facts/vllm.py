@@ -226,6 +226,8 @@ class VllmInitialFree(VllmFact):
     `Initial free memory X GiB, reserved Y GiB memory for KV Cache …`."""
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Initial free memory",)
+    # the reservation stands where profiling would print `Available KV cache memory` (skipped)
+    OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("reserved_kv_gib", "available_kv_cache_gib"),)
     free_gib: Optional[float] = None
     requested_gib: Optional[float] = None
     utilization: Optional[float] = None
