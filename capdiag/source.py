@@ -194,8 +194,12 @@ MAX_JOINED = 1 << 16  # characters a joined line may reach (real records: under 
 WRAPPED = 100  # a record line and its header-less successor both this long: a hard wrap
 # A traceback printed without a prefix (SGLang, an excerpt) never continues a cut record.
 _TRACEBACK = re.compile(r'^(?:File "|Traceback \(most recent call last\)|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)')
-# A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation.
+# A hard wrap inside an ordinary line leaves the rest on a line that opens with punctuation,
+# or, wrapped at a space, with that one space and a word or figure (` secs, took 1.00 GiB`,
+# ` 25809`) after a long line: two spaces or a capital open a line of its own (a traceback
+# frame, an indented block, a progress bar).
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
+_CUT_AT_SPACE = re.compile(r"^ (?=[a-z0-9])")
 # A shell command that starts a server; it continues after a trailing `\` and on the lines an
 # author wrapped it onto, which open with an option.
 _COMMAND = re.compile(r"(?:^|\s)(?:python[\d.]*\s+-m\s+(?:sglang|vllm)\.|(?:sglang|vllm)\s+serve\b|docker\s+run\s)")
@@ -777,6 +781,9 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
                         argv = not piece.endswith("]")
                     elif not record and _CUT_REST.match(text):
                         joined = _joined(pending, text, raw, "")
+                    elif (not record and _CUT_AT_SPACE.match(raw) and len(pending.raw) - pending.raw.rfind("\n") > WRAPPED
+                          and not _HEADER.match(text) and not _TRACEBACK.match(text)):
+                        joined = _joined(pending, text, raw, " ")
                     elif record and text and not _HEADER.match(text) and not _TRACEBACK.match(text):
                         brackets = brackets or bracket_state(pending.text)  # only when a line may continue it
                         if brackets[0] > 0 or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0)):

@@ -147,6 +147,26 @@ def test_wrapped_continuation_lines_are_joined():
     assert graph.values["mem_usage_gib"] == 1.91 and graph.values["avail_gib"] == 14.18
 
 
+def test_a_long_line_wrapped_at_a_space_is_joined_and_an_indented_block_is_not():
+    head = "(EngineCore_0 pid=1257) (RayWorkerWrapper pid=1384) INFO 09-03 04:42:58 [gpu_model_runner.py:2708] "
+    lines = candidates(head + "Graph capturing finished in 11", " secs, took 1.00 GiB",
+                       "(APIServer pid=121) INFO 09-03 04:42:59 [loggers.py:142] Engine 000: vllm cache_config_info "
+                       "with initialization after num_gpu_blocks is:", " 25809",
+                       head + "Graph capturing finished in 9 secs, took 0.95 GiB",
+                       '  File "/usr/lib/python3/site-packages/vllm/worker.py", line 3, in run',
+                       head + "Graph capturing finished in 8 secs, took 0.90 GiB", " Loading safetensors: 50%")
+    assert [l.text for l in lines] == [
+        head + "Graph capturing finished in 11 secs, took 1.00 GiB",
+        "(APIServer pid=121) INFO 09-03 04:42:59 [loggers.py:142] Engine 000: vllm cache_config_info with "
+        "initialization after num_gpu_blocks is: 25809",
+        head + "Graph capturing finished in 9 secs, took 0.95 GiB",
+        'File "/usr/lib/python3/site-packages/vllm/worker.py", line 3, in run',  # a line of its own
+        head + "Graph capturing finished in 8 secs, took 0.90 GiB"]
+    # a short line does not take the next: a wrap happens past a width
+    assert [l.text for l in candidates("Graph capturing finished in 11", " secs, took 1.00 GiB")] == [
+        "Graph capturing finished in 11"]
+
+
 def test_wrapped_over_three_lines_and_a_prefixed_next_line_is_not_swallowed():
     lines = candidates("[2025-01-01 00:00:00 TP0] Load weight end. type=X,", "avail mem=97.30 GB,",
                        "mem usage=15.56 GB.", "[2025-01-01 00:00:01 TP0] Memory pool end. avail mem=1.00 GB",
