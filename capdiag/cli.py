@@ -435,10 +435,15 @@ def _fail(message: str) -> None:
 def run() -> None:
     """Entry point: input problems become one line on stderr and exit code 2; a reader that
     went away (a closed pipe) ends the run quietly; an output that cannot be written is an error."""
+    stdout = sys.stdout
     try:
         main(standalone_mode=False)
         if sys.stdout is not None:
             sys.stdout.flush()
+    except SystemExit as exc:
+        # click writes --help itself, and on a broken pipe swaps in a quiet stdout and exits 1:
+        # a gate's own exit 1 leaves stdout as it was
+        sys.exit(141 if exc.code == 1 and sys.stdout is not stdout else exc.code)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.exceptions.Exit as exc:
