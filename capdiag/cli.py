@@ -16,7 +16,7 @@ import click
 from capdiag import __version__, api, ruledocs, terminal
 from capdiag.analysis import read_launches
 from capdiag.api import DEFAULT_FAIL_ON
-from capdiag.errors import InputError, ReaderGone, quiet_stdout
+from capdiag.errors import InputError, ReaderGone, output_failed, reader_gone
 from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
@@ -66,25 +66,23 @@ def _write(text: Union[str, Iterable[str]], output: Optional[str], color: bool =
             raise ReaderGone() from None
         return
     target = os.path.realpath(output)  # through a symlink: the file it names is the one replaced
-    if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
-        # a device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is written in place: renaming
-        # over it would leave a regular file where it was (as root, in /dev)
-        try:
-            with open(target, "w", encoding="utf-8") as fh:
-                for piece in pieces:
-                    fh.write(printable(piece))
-        except OSError as exc:
-            raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
-        return
     temp = None
     try:
-        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+            # a device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is written in place:
+            # renaming over it would leave a regular file where it was (as root, in /dev)
+            fh = open(target, "w", encoding="utf-8")
+        else:
+            fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
+                                        dir=os.path.dirname(target))
+            fh = os.fdopen(fd, "w", encoding="utf-8")
+        with fh:
             for piece in pieces:
                 fh.write(printable(piece))
-        if os.path.exists(target):
-            os.chmod(temp, os.stat(target).st_mode & 0o7777)
-        os.replace(temp, target)
+        if temp is not None:
+            if os.path.exists(target):
+                os.chmod(temp, os.stat(target).st_mode & 0o7777)
+            os.replace(temp, target)
     except BaseException as exc:  # the pieces are made as they are written: no half report is left
         if temp is not None and os.path.exists(temp):
             os.unlink(temp)
@@ -443,7 +441,9 @@ def run() -> None:
     except SystemExit as exc:
         # click writes --help itself, and on a broken pipe swaps in a quiet stdout and exits 1:
         # a gate's own exit 1 leaves stdout as it was
-        sys.exit(141 if exc.code == 1 and sys.stdout is not stdout else exc.code)
+        if exc.code == 1 and sys.stdout is not stdout:
+            reader_gone()
+        raise
     except click.exceptions.Abort:
         sys.exit(130)
     except click.exceptions.Exit as exc:
@@ -453,8 +453,6 @@ def run() -> None:
     except InputError as exc:
         _fail(str(exc))
     except (BrokenPipeError, ReaderGone):
-        quiet_stdout()
-        sys.exit(141)  # the shell's code for a process whose reader closed the pipe (128 + SIGPIPE)
+        reader_gone()
     except OSError as exc:  # stdout on a full disk, EIO, …: the report was not delivered
-        quiet_stdout()
-        _fail(f"the output cannot be written ({exc.strerror or exc})")
+        output_failed(exc)

@@ -16,7 +16,7 @@ def _version() -> None:
     """The version line; an output that cannot take it ends as the CLI's do (capdiag.cli.run):
     quietly for a reader that went away, one line and exit code 2 for a full disk or EIO."""
     from capdiag import __version__
-    from capdiag.errors import quiet_stdout
+    from capdiag.errors import output_failed, reader_gone
 
     if sys.stdout is None:  # started with stdout closed (`>&-`): as capdiag.cli._write says
         print("capdiag: error: standard output is closed", file=sys.stderr)
@@ -25,9 +25,6 @@ def _version() -> None:
         print(f"capdiag, version {__version__}")
         sys.stdout.flush()
     except BrokenPipeError:
-        quiet_stdout()
-        sys.exit(141)
+        reader_gone()
     except OSError as exc:
-        quiet_stdout()
-        print(f"capdiag: error: the output cannot be written ({exc.strerror or exc})", file=sys.stderr)
-        sys.exit(2)
+        output_failed(exc)

@@ -211,7 +211,7 @@ def build(a: Analysis) -> dict[str, Any]:
         "source": {"path": a.path, "lines": a.lines_read, "read_from": _read_from(facts), "launches": len(a.launches),
                    "analyzed_launch": a.launch.index, "first_line": a.launch.first_line,
                    "last_line": a.launch.last_line, "phase_reached": kb.value("phase"), "ready": ready,
-                   "traffic_only": ready and not any(f.PHASE for f in facts),
+                   "traffic_only": bool(kb.get("phase") and kb.get("phase").detail.get("traffic_only")),
                    "stopped_at": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
                    "server_args": _server_args_note(kb.first(F.ServerArgs, role=None)),
                    "unread_lines": [{"line": f.evidence.line, "reason": f.reason}

@@ -10,6 +10,7 @@ import zlib
 from typing import Any
 
 from capdiag.errors import InputError
+from capdiag.parsing.literal import MAX_DEPTH  # the bound on a log record's values, for any JSON too
 from capdiag.source import open_input
 
 MIB = 1 << 20
@@ -42,9 +43,6 @@ def read_text(path: str, what: str) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-
-
-MAX_DEPTH = 100  # as a log record's values: a real config.json nests a few levels
 
 
 def _problem(value: Any) -> str | None:

@@ -25,7 +25,8 @@ def phase(kb):
     served = min(kb.of(F.TrafficSummary, role=None), key=lambda f: f.evidence.line, default=None)
     if not staged and served is not None:
         yield Derived("phase", None, "ready", "startup.phase", (served,),
-                      f"no start-up line in the log; its request traffic ({line_ref(served)}) shows a server serving")
+                      f"no start-up line in the log; its request traffic ({line_ref(served)}) shows a server serving",
+                      {"traffic_only": True})
         return
     if not staged:
         yield Derived("phase", None, "init", "startup.phase", (), "no start-up phase line in the log")
