@@ -7,7 +7,9 @@ prefixes (docker-compose, Docker Desktop, kubectl, journald, CRI files, GitHub A
 markdown-list pastes.
 Then a cheap keyword test keeps request-time traffic away from the parser: the file is read a
 MiB at a time, the keywords are found in each run of lines by one C-speed pass, and only the
-lines that hold one (and the lines that may continue those) are visited in Python.
+lines that hold one (and the lines that may continue those) are visited in Python. A long
+regular file is read a few blocks ahead, each block counted and searched on a worker thread
+(capdiag.ahead), with the same blocks and results.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import re
 import select
 import stat
 import sys
+import threading
 import time
 import zlib
 from functools import lru_cache
@@ -29,6 +32,7 @@ from typing import IO, Iterable, Iterator, Union
 import ahocorasick_rs
 import attrs
 
+from capdiag.ahead import mapped
 from capdiag.errors import InputError
 from capdiag.facts.kinds import KEYWORDS as FACT_KEYWORDS
 from capdiag.frozen import frozen
@@ -111,14 +115,34 @@ def _keyword_offsets(scan: bytes) -> list[int]:
         lowered = scan.lower()
         return sorted(start for scanner in _ANCHOR_SCANNERS for _, start, _ in scanner.find_matches_as_indexes(lowered))
     ends: list[int] = []
-    database.scan(scan, match_event_handler=lambda _id, _start, end, _flags, _context: ends.append(end - 1))
+    database.scan(scan, match_event_handler=lambda _id, _start, end, _flags, _context: ends.append(end - 1),
+                  scratch=_scratch(database))
     return sorted(ends)
+
+
+# what each thread that scans blocks keeps (the reading thread, capdiag.ahead's workers)
+_PER_THREAD = threading.local()
+
+
+def _scratch(database):
+    """This thread's hyperscan scratch space: a scan in progress holds its own, so threads that
+    scan at once need one each."""
+    held = getattr(_PER_THREAD, "scratch", None)
+    if held is None or held[0] is not database:
+        import hyperscan
+        held = _PER_THREAD.scratch = (database, hyperscan.Scratch(database))
+    return held[1]
+
+
 # Counting newlines is the reader's largest cost after the keyword search (`bytes.count`
 # 0.3-0.7 s/GiB); numpy (the `fast` extra) counts at a quarter of that but costs 0.04-0.1 s
 # and ~15 MiB to import, so it is used on a file of this size or more (from its first block:
 # a regular file's size is known) or once this much of a stream has been read (on a 128 MiB
 # log, from 64 MiB on, it measured slower). The count is the same either way.
 NUMPY_FROM = 256 << 20
+# numpy compares a slice at a time into one buffer a thread: an array as long as the block, on
+# each worker, grew the peak RSS by a MiB each
+COUNT_SLICE = 1 << 18
 
 
 @lru_cache(maxsize=1)
@@ -140,12 +164,33 @@ def _size(stream) -> int:
     return found.st_size if stat.S_ISREG(found.st_mode) else 0
 
 
+# A regular file this long is read ahead (capdiag.ahead): on two cores the scan and count of
+# one block overlap the reading of the next; a shorter log is done before a thread would help.
+AHEAD_FROM = 64 << 20
+
+
+def reads_ahead(stream) -> bool:
+    """Whether the stream's blocks may be read and scanned ahead of their use: a long regular
+    file (a live pipe's reader must not wait for more than it has been given)."""
+    size = _size(stream)  # 0: no regular file
+    return not isinstance(stream, LiveStream) and 0 < size and AHEAD_FROM <= size
+
+
 def _newlines(block: bytes, read: int) -> int:
     """The newlines in block; `read` the bytes of the input read so far, or its size if more."""
     numpy = _numpy() if read >= NUMPY_FROM else None
     if numpy is None:
         return block.count(b"\n")
-    return int(numpy.count_nonzero(numpy.frombuffer(block, numpy.uint8) == 10))
+    flags = getattr(_PER_THREAD, "flags", None)
+    if flags is None:
+        flags = _PER_THREAD.flags = numpy.empty(COUNT_SLICE, bool)
+    data, count = numpy.frombuffer(block, numpy.uint8), 0
+    for at in range(0, len(data), COUNT_SLICE):
+        part = data[at:at + COUNT_SLICE]
+        found = flags[:len(part)]
+        numpy.equal(part, 10, out=found)
+        count += int(numpy.count_nonzero(found))
+    return count
 
 
 BATCH = 4096  # lines put in one block when they come one by one
@@ -514,20 +559,48 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     then lets a held line through instead of waiting for the next one).
 
     A block is the lines that end in one more CHUNK of the input (so the blocks, and the
-    run-time series cut from them, do not depend on how the input is read). The input is
-    read into one reused buffer behind the start of a line the last chunk cut (at most
-    MAX_LINE bytes), and each block is copied out of it once.
+    run-time series cut from them, do not depend on how the input is read).
     """
+    for first, block, _ in _numbered(stream, False, False):
+        yield first, block
+
+
+def scanned_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes, list[int]]]:
+    """physical_runs() read a few blocks ahead, on worker threads, for a long regular file (see
+    reads_ahead(); never a live stream): each block with the offsets of its lines that hold an
+    anchor (what candidate_runs() would search it for), counted and searched while the blocks
+    before it are read. (Read in order, a block is searched only once the one before it is let
+    go: here one more block is held.)"""
+    return _numbered(stream, True, True)
+
+
+def _numbered(stream: IO[bytes], search: bool, ahead: bool) -> Iterator[tuple[int, bytes, list[int] | None]]:
     # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
     # and must not shift the line numbers the report cites
-    number, held, skipping, read = 0, 0, False, 0
+    size, number = _size(stream), 0
+
+    def measured(run: tuple[bytes, int]) -> tuple[int, list[int] | None]:
+        block, read = run
+        return _newlines(block, max(read, size)), _hit_starts(block) if search and block else None
+
+    for (block, _), (count, starts) in mapped(measured, _blocks(stream), ahead):
+        if block:
+            _refuse_binary(block, number)
+        yield number + 1, block, starts
+        number += count
+
+
+def _blocks(stream: IO[bytes]) -> Iterator[tuple[bytes, int]]:
+    """physical_runs()'s blocks (b"" where the stream paused), each with the bytes of the input
+    read so far. The input is read into one reused buffer behind the start of a line the last
+    chunk cut (at most MAX_LINE bytes), and each block is copied out of it once."""
+    held, skipping, read = 0, False, 0
     buffer = bytearray()
-    size = _size(stream)
     try:
         stream = recoded(stream)
         while (got := stream.fill(buffer, held)) != 0:
             if got is None:
-                yield number + 1, b""
+                yield b"", read
                 continue
             start, end, read = 0, held + got, read + got
             if skipping:  # the rest of a line longer than MAX_LINE, whose head was kept (held is 0)
@@ -548,13 +621,9 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
                     block = bytes(view[start:cut + 1])
                 held = end - cut - 1
                 buffer[:held] = buffer[cut + 1:end]
-            _refuse_binary(block, number)
-            yield number + 1, block
-            number += _newlines(block, max(read, size))
+            yield block, read
         if held:
-            block = bytes(buffer[:held])
-            _refuse_binary(block, number)
-            yield number + 1, block
+            yield bytes(buffer[:held]), read
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(f"the input cannot be read: {exc}") from None
 
@@ -729,7 +798,7 @@ def _joined(pending: Line, text: str, raw: str, separator: str) -> Line | None:
     return Line(pending.number, pending.text + separator + text, pending.raw + "\n" + raw)
 
 
-def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[Line]:
+def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
     """Lines that may hold a fact, with wrapped continuations joined.
 
     `traffic` (a capdiag.traffic.TrafficAggregator, or None) is handed every block, ANSI codes
@@ -745,19 +814,23 @@ def candidate_runs(runs: Iterable[tuple[int, bytes]], traffic=None) -> Iterator[
     continues after a trailing `\\` and on the lines that open with an option (`--tp 8`); an
     argument vector printed as a Python list continues over the lines of its quoted elements,
     each behind its process prefix, until the list closes.
+
+    `runs` are physical_runs()' (line number, block) pairs, or scanned_runs()' triples, whose
+    blocks have been searched already.
     """
     pending: Line | None = None
     record = command = argv = False
     spans = 0
     last_piece = ""
     brackets = None  # the held record's bracket_state(), once needed
-    for first, block in runs:
+    for run in runs:
+        first, block = run[0], run[1]
         if not block:  # the input paused: a held line is complete as far as anyone knows
             if pending is not None:
                 yield pending
                 pending = None
             continue
-        starts = _hit_starts(block)
+        starts = run[2] if len(run) > 2 else _hit_starts(block)
         cursor, number, fed, fed_line = 0, first - 1, 0, first
         while cursor < len(block):
             if pending is None:  # nothing held: skip to the next line with a keyword
