@@ -37,13 +37,22 @@ def mapped(fn: Callable[[Item], Result], items: Iterable[Item], ahead: bool) -> 
     """(item, fn(item)) for each item, in order. With `ahead`, items are taken from `items` and
     handed to the workers up to WORKERS * DEPTH before the consumer reaches them, so only an
     iterable that may be read early is given with it (a file, not a live pipe whose reader
-    waits). An exception fn raised comes out where its item would have."""
+    waits). An exception, fn's or the items' own, comes out where it would have in order: after
+    the items before it."""
     if not ahead:
         for item in items:
             yield item, fn(item)
         return
     pool, pending = _pool(), deque()
-    for item in items:
+    items, failure = iter(items), None
+    while True:
+        try:
+            item = next(items)
+        except StopIteration:
+            break
+        except Exception as exc:  # the items' own error (a read failed): the items before it go first
+            failure = exc
+            break
         pending.append((item, pool.submit(fn, item)))
         if len(pending) > WORKERS * DEPTH:
             done, future = pending.popleft()
@@ -51,3 +60,5 @@ def mapped(fn: Callable[[Item], Result], items: Iterable[Item], ahead: bool) -> 
     while pending:
         done, future = pending.popleft()
         yield done, future.result()
+    if failure is not None:
+        raise failure

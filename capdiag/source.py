@@ -578,6 +578,10 @@ def _numbered(stream: IO[bytes], search: bool, ahead: bool) -> Iterator[tuple[in
     # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
     # and must not shift the line numbers the report cites
     size, number = _size(stream), 0
+    if ahead:  # imported and compiled once, here, rather than by two workers at once
+        _hyperscan()
+        if size >= NUMPY_FROM:
+            _numpy()
 
     def measured(run: tuple[bytes, int]) -> tuple[int, list[int] | None]:
         block, read = run

@@ -129,3 +129,21 @@ def test_a_forked_child_reads_ahead_with_threads_of_its_own():
         assert ready, "the child hung"
         assert got.read() == repr([(n, str(n)) for n in range(10)]).encode()
     os.waitpid(pid, 0)
+
+
+def test_an_error_of_the_items_comes_out_after_the_items_read_before_it():
+    def items():
+        yield from range(3)
+        raise OSError("the disk went away")
+
+    got = []
+    with pytest.raises(OSError, match="went away"):
+        for item, result in ahead.mapped(str, items(), True):
+            got.append(result)
+    assert got == ["0", "1", "2"]
+
+
+def test_a_reader_that_stops_early_stops_cleanly():
+    out = ahead.mapped(str, range(100), True)
+    assert next(out) == (0, "0")
+    out.close()  # no RuntimeError: nothing is yielded once it is closed
