@@ -534,8 +534,11 @@ def targets(rows: list[dict], small_rows: list[dict]) -> str:
             shown = ", ".join(f"{name} {value:.2f}{unit}" for name, value in pairs)
             checks.append(f"| {target} | {shown} | {'met' if all(v <= limit for _, v in pairs) else 'MISSED'} |")
 
-    plain = [r for r in rows if not r["gz"]]
-    gz = [r for r in rows if r["gz"]]
+    # the issue sets them for logs of 1 GiB and more: on a smaller one the fixed start (~0.3 s) is
+    # most of the run
+    large = [r for r in rows if r["size_mib"] >= 1024] or rows
+    plain = [r for r in large if not r["gz"]]
+    gz = [r for r in large if r["gz"]]
     name = lambda r: r["file"].replace(".log", "")  # noqa: E731
     check("`--no-runtime` ≤ 1.2× `grep -c -E` (9 phrases)", [(name(r), r["noruntime_ratio9"]) for r in plain], 1.2)
     check("`--no-runtime` ≤ 2× `grep -c -i -E` (capdiag's keywords)",
