@@ -53,7 +53,16 @@ def mapped(fn: Callable[[Item], Result], items: Iterable[Item], ahead: bool) -> 
         except Exception as exc:  # the items' own error (a read failed): the items before it go first
             failure = exc
             break
-        pending.append((item, pool.submit(fn, item)))
+        try:
+            pending.append((item, pool.submit(fn, item)))
+        except RuntimeError:  # no thread to be had (the interpreter is shutting down): go on in order
+            while pending:
+                done, future = pending.popleft()
+                yield done, future.result()
+            yield item, fn(item)
+            for item in items:
+                yield item, fn(item)
+            return
         if len(pending) > WORKERS * DEPTH:
             done, future = pending.popleft()
             yield done, future.result()
