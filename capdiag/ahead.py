@@ -11,6 +11,7 @@ import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from itertools import chain
 from typing import Callable, Iterable, Iterator, TypeVar
 
 Item = TypeVar("Item")
@@ -44,7 +45,7 @@ def mapped(fn: Callable[[Item], Result], items: Iterable[Item], ahead: bool) -> 
             yield item, fn(item)
         return
     pool, pending = _pool(), deque()
-    items, failure = iter(items), None
+    items, failure, rest = iter(items), None, ()
     while True:
         try:
             item = next(items)
@@ -55,14 +56,9 @@ def mapped(fn: Callable[[Item], Result], items: Iterable[Item], ahead: bool) -> 
             break
         try:
             pending.append((item, pool.submit(fn, item)))
-        except RuntimeError:  # no thread to be had (the interpreter is shutting down): go on in order
-            while pending:
-                done, future = pending.popleft()
-                yield done, future.result()
-            yield item, fn(item)
-            for item in items:
-                yield item, fn(item)
-            return
+        except RuntimeError:  # no thread to be had (the interpreter is shutting down): the rest in order
+            rest = chain((item,), items)
+            break
         if len(pending) > WORKERS * DEPTH:
             done, future = pending.popleft()
             yield done, future.result()
@@ -71,3 +67,4 @@ def mapped(fn: Callable[[Item], Result], items: Iterable[Item], ahead: bool) -> 
         yield done, future.result()
     if failure is not None:
         raise failure
+    yield from mapped(fn, rest, False)

@@ -561,7 +561,7 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     A block is the lines that end in one more CHUNK of the input (so the blocks, and the
     run-time series cut from them, do not depend on how the input is read).
     """
-    for first, block, _ in _numbered(stream, False, False):
+    for first, block, _ in _numbered(stream, False):
         yield first, block
 
 
@@ -571,10 +571,12 @@ def scanned_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes, list[int]]]:
     anchor (what candidate_runs() would search it for), counted and searched while the blocks
     before it are read. (Read in order, a block is searched only once the one before it is let
     go: here one more block is held.)"""
-    return _numbered(stream, True, True)
+    return _numbered(stream, True)
 
 
-def _numbered(stream: IO[bytes], search: bool, ahead: bool) -> Iterator[tuple[int, bytes, list[int] | None]]:
+def _numbered(stream: IO[bytes], ahead: bool) -> Iterator[tuple[int, bytes, list[int] | None]]:
+    """The numbered blocks; `ahead`: read, counted and searched on the workers (else the blocks
+    are only counted, in order, and candidate_runs searches each once it is let go)."""
     # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
     # and must not shift the line numbers the report cites
     size, number = _size(stream), 0
@@ -585,7 +587,7 @@ def _numbered(stream: IO[bytes], search: bool, ahead: bool) -> Iterator[tuple[in
 
     def measured(run: tuple[bytes, int]) -> tuple[int, list[int] | None]:
         block, read = run
-        return _newlines(block, max(read, size)), _hit_starts(block) if search and block else None
+        return _newlines(block, max(read, size)), _hit_starts(block) if ahead and block else None
 
     for (block, _), (count, starts) in mapped(measured, _blocks(stream), ahead):
         if block:
