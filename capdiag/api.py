@@ -304,15 +304,18 @@ def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, para
          workloads: Sequence[Union[str, tuple[int, int]]] = (), gpu: Optional[str] = None,
          gpu_total_gib: Optional[float] = None, gpus: Optional[int] = None, tp: Optional[int] = None,
          framework: Optional[str] = None, fraction: Optional[float] = None, headroom: float = 0.15,
-         training: Optional[str] = None, from_log: Optional[LogInput] = None) -> Plan:
+         training: Optional[str] = None, from_log: Optional[LogInput] = None,
+         framework_version: Optional[str] = None, settings: Sequence[str] = ()) -> Plan:
     """Size a deployment before it exists (`capdiag plan`).
 
     The model's shape comes from one of `config_json` (a path), `model` (a Hugging Face id,
     ORG/NAME: its config.json and, for the exact weight bytes, its safetensors index, through
     huggingface_hub's cache, HF_TOKEN and HF_HUB_OFFLINE), or `layers`/`kv_heads`/`head_dim`
     (`hidden` for the activation estimate) with `params` ("70B", "7e10" or a number).
-    `workloads` are "8192x16" or (8192, 16); `from_log` fills TP, dtypes, framework and
-    fraction from a start-up (what is given here wins) and compares the prediction with it.
+    `workloads` are "8192x16" or (8192, 16); `from_log` fills TP, dtypes, framework, fraction,
+    context and version from a start-up (what is given here wins) and compares the prediction
+    with it. `framework_version` plans for that release (else the newest the model knows);
+    `settings` are the framework's own settings as "KEY=VALUE" (the keys `--what-if` takes).
     """
     from capdiag.rules import PLAN
     from capdiag.rules.plan import driver as planning
@@ -343,12 +346,17 @@ def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, para
     def pick(given, key, default):
         return given if given is not None else getattr(logged, key) if logged is not None else default
 
+    from capdiag.whatif import parse_settings
+
     request = F.PlanRequest(
         evidence=F.Evidence(F.INPUT_LINE, "capdiag plan" if logged is None else logged.evidence.text, 0, "input"),
-        params=count, weight_dtype=pick(weight_dtype, "weight_dtype", "bf16"), kv_dtype=pick(kv_dtype, "kv_dtype", "bf16"),
-        workloads=mixes, contexts=tuple(contexts or ()), gpus=pick(gpus, "gpus", None), tp=pick(tp, "tp", None),
-        framework=pick(framework, "framework", "sglang"), fraction=pick(fraction, "fraction", None), headroom=headroom,
-        training=training, weights_as_stored=stored is not None and weight_dtype is None)
+        params=count, weight_dtype=pick(weight_dtype, "weight_dtype", None), kv_dtype=pick(kv_dtype, "kv_dtype", None),
+        workloads=mixes, contexts=tuple(contexts or ()) or pick(None, "contexts", ()), gpus=pick(gpus, "gpus", None),
+        tp=pick(tp, "tp", None), framework=pick(framework, "framework", "sglang"),
+        fraction=pick(fraction, "fraction", None), headroom=headroom, training=training,
+        weights_as_stored=stored is not None and weight_dtype is None,
+        version=pick(framework_version, "version", None),
+        settings=tuple(sorted(parse_settings(tuple(settings), "--set").items())))
     report = planning.plan(PLAN, request, config_json=config_json, gpu=gpu, gpu_total_gib=gpu_total_gib, model=shape,
                            weights=stored)
     if analysis is not None:

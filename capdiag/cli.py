@@ -313,8 +313,10 @@ def baseline_command(logs, policy, deployment, inputs, output):
 @click.option("--head-dim", type=click.IntRange(min=1), help="Without a config.json: the head dimension.")
 @click.option("--hidden", type=click.IntRange(min=1), help="Without a config.json: hidden size (activation estimate).")
 @click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)),
-              help="Weight dtype (default: as --from-log states, else the checkpoint's with --model, else bf16).")
-@click.option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8 (default: as --from-log states, else bf16).")
+              help="The checkpoint's weight format where config.json states none (default: as config.json or "
+                   "--from-log states it).")
+@click.option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8, auto (default: as --from-log states, else auto: "
+              "the model's dtype).")
 @click.option("--context", "contexts", type=Lengths(), help="Context lengths for the concurrency table, e.g. 8192,32768.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Requests at --context (the first one) to size KV for.")
 @click.option("--workload", "workloads", multiple=True, help="A mix CONTEXTxCOUNT, e.g. 8192x16 (repeatable).")
@@ -324,9 +326,14 @@ def baseline_command(logs, policy, deployment, inputs, output):
 @click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel size to plan for (default --gpus or 1).")
 @click.option("--framework", type=click.Choice(("sglang", "vllm")), help="sglang (default) or vllm.")
 @click.option("--fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              help="mem_fraction_static / gpu_memory_utilization (default 0.9).")
+              help="mem_fraction_static / gpu_memory_utilization (default: the framework's own: SGLang computes it "
+                   "from the GPU, vLLM takes 0.9).")
+@click.option("--framework-version", help="The release to plan for, e.g. 0.10.1 (default: the newest modelled).")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="A framework setting (the keys --what-if takes: max_num_seqs, max_running_requests, "
+                   "max_num_batched_tokens, chunked_prefill_size, page_size, block_size, enforce_eager, …).")
 @click.option("--headroom", type=click.FloatRange(0, 0.9), default=0.15, show_default=True,
-              help="Share of usable memory kept free (the worksheet's 10–20%).")
+              help="With --training: the share of the GPU kept for activations.")
 @click.option("--training", type=click.Choice(("full", "lora")), help="Size a fine-tuning run instead of serving.")
 @click.option("--from-log", type=click.Path(dir_okay=False), help="Fill the worksheet from a start-up log and compare.")
 @click.option("--format", "fmt", type=click.Choice(("text", "markdown", "json")), default="text", show_default=True)

@@ -1,6 +1,6 @@
-"""`capdiag plan`'s wrong-input paths: a bare --params, KV sizing from the command line's shape,
---from-log keeping every bucket, the nearest configurations that fit, and --model through
-huggingface_hub against a Hugging Face cache the test builds (offline: no network)."""
+"""`capdiag plan`'s inputs: a bare --params, KV sizing from the command line's shape, --from-log
+taking the log's settings, remedies that were planned again, impossible layouts, and --model
+through huggingface_hub against a Hugging Face cache the test builds (offline: no network)."""
 from __future__ import annotations
 
 import json
@@ -41,14 +41,15 @@ def test_params_written_out_are_taken(given, count, monkeypatch, capsys):
 
 
 def test_params_with_the_shape_sizes_kv_without_a_config(monkeypatch, capsys):
-    shape = plan_json(monkeypatch, capsys, "--params", "70B", "--layers", "80", "--kv-heads", "8", "--head-dim", "128",
-                      "--hidden", "8192", "--workload", "8192x16", "--gpu", "h100_sxm", "--tp", "1")
-    config = plan_json(monkeypatch, capsys, "--params", "70B", "--config-json", str(CONFIGS / "llama-3.1-70b.json"),
-                       "--workload", "8192x16", "--gpu", "h100_sxm", "--tp", "1")
-    assert shape["kv_bytes_per_token"] == config["kv_bytes_per_token"] == 327680  # 0.3125 MiB
-    assert [b for b in shape["buckets"]] == [b for b in config["buckets"]]
-    kv = next(b for b in shape["buckets"] if b["bucket"] == "kv_cache")
-    assert kv["gib"] == 40.0
+    shape = plan_json(monkeypatch, capsys, "--params", "70B", "--weight-dtype", "bf16", "--layers", "80", "--kv-heads",
+                      "8", "--head-dim", "128", "--hidden", "8192", "--workload", "8192x16", "--gpu", "h100_sxm",
+                      "--tp", "8")
+    config = plan_json(monkeypatch, capsys, "--config-json", str(CONFIGS / "llama-3.1-70b.json"),
+                       "--workload", "8192x16", "--gpu", "h100_sxm", "--tp", "8")
+    assert shape["per_gpu"]["kv_bytes_per_token"]["value"] == config["per_gpu"]["kv_bytes_per_token"]["value"] == 40960
+    # 70 B counted at 2 B is 16.30 GiB a rank; config.json's 70.55 B (embeddings and head) is 16.43
+    assert shape["per_gpu"]["weights_gib"]["value"] == 16.41 and config["per_gpu"]["weights_gib"]["value"] == 16.54
+    assert shape["verdict"] == config["verdict"] == "fits"
 
 
 def test_a_partial_shape_says_what_is_missing(monkeypatch, capsys):
@@ -56,38 +57,45 @@ def test_a_partial_shape_says_what_is_missing(monkeypatch, capsys):
     assert code == 2 and "needs --kv-heads, --head-dim" in err
 
 
-def test_from_log_keeps_the_kv_bucket_of_a_workload(monkeypatch, capsys):
+def test_from_log_takes_the_logs_settings_and_keeps_a_workload(monkeypatch, capsys):
     args = ("--config-json", str(CONFIGS / "llama-3.1-8b.json"), "--workload", "8192x16", "--gpu", "h100_sxm")
-    alone = plan_json(monkeypatch, capsys, *args)
     with_log = plan_json(monkeypatch, capsys, *args, "--from-log", EXAMPLE)
-    assert [b["bucket"] for b in with_log["buckets"]] == [b["bucket"] for b in alone["buckets"]]
-    assert "kv_cache" in [b["bucket"] for b in with_log["buckets"]]
-    kv = {d["bucket"]: d["gib"] for d in with_log["buckets"]}["kv_cache"]
-    assert kv == round(16 * 8192 * 131072 / 2**30, 2)  # 16 GiB: the log's TP 1, bf16 KV
-    assert with_log["from_log"]["comparison"]  # and the comparison with the log is still there
+    assert with_log["inputs"]["workloads"] == [{"context": 8192, "requests": 16}]
+    assert with_log["settings"]["fraction"] == 0.838  # the log's mem_fraction_static, not SGLang's default
+    assert "the workload's 131,072 tokens fit" in with_log["reason"]
+    assert with_log["from_log"]["comparison"]
 
 
-def test_does_not_fit_lists_the_nearest_that_fit(tmp_path, monkeypatch, capsys):
+def test_does_not_fit_offers_only_changes_that_were_planned_again(tmp_path, monkeypatch, capsys):
     # QwQ-32B's shape (64 layers, 8 KV heads of 128, hidden 5120, 40 attention heads) on 2 × RTX 4090
     config = {"num_hidden_layers": 64, "num_key_value_heads": 8, "num_attention_heads": 40, "head_dim": 128,
-              "hidden_size": 5120, "intermediate_size": 27648, "vocab_size": 152064, "model_type": "qwen2"}
+              "hidden_size": 5120, "intermediate_size": 27648, "vocab_size": 152064, "model_type": "qwen2",
+              "torch_dtype": "bfloat16"}
     path = tmp_path / "qwq-32b-config.json"
     path.write_text(json.dumps(config))
     doc = plan_json(monkeypatch, capsys, "--config-json", str(path), "--gpu", "rtx4090", "--gpus", "2",
                     "--workload", "8192x8")
-    assert doc["verdict"] == "does not fit"
-    alternatives = doc["fitting_alternatives"]
-    assert alternatives and all(a["need_gib_per_gpu"] <= doc["usable_gib_per_gpu"] for a in alternatives)
-    assert all(40 % a["tp"] == 0 for a in alternatives)  # a TP the attention heads divide
-    assert alternatives[0]["changes"] == ["GPUs (TP) 2 → 8"]
-    assert any(a["tp"] == 2 and a["weight_dtype"] == "int4" and a["kv_dtype"] == "fp8" for a in alternatives)
+    assert doc["verdict"] == "does_not_fit"
+    assert "the weights alone" in doc["reason"]  # 30.62 GiB a GPU at TP 2 against 23.64
+    # the workload needs 65,536 tokens: TP 4 leaves 0.61 GiB (9,994 tokens) and int4 weights at TP 2 59,637
+    # tokens, so neither is offered; TP 8 holds 229,376
+    assert [r["changes"] for r in doc["remedies"]] == [{"tp_size": 8}]
+    assert doc["remedies"][0]["projected"]["kv_tokens"] == 229_376 > 8 * 8192
     code, out, _ = run_entry(monkeypatch, capsys, "plan", "--config-json", str(path), "--gpu", "rtx4090", "--gpus", "2",
                              "--workload", "8192x8")
-    assert "nearest that fit:" in out and "GPUs (TP) 2 → 8:" in out
+    assert "WHAT WOULD FIT" in out and "shard over 8 GPUs (TP 8): 229376 KV tokens" in out
 
 
-def test_fits_lists_no_alternatives(monkeypatch, capsys):
-    assert plan_json(monkeypatch, capsys, "--params", "7B", "--gpu", "h100_sxm")["fitting_alternatives"] == []
+def test_fits_lists_no_remedies(monkeypatch, capsys):
+    doc = plan_json(monkeypatch, capsys, "--config-json", str(CONFIGS / "llama-3.1-8b.json"), "--gpu", "h100_sxm")
+    assert doc["verdict"] == "fits" and doc["remedies"] == [] and doc["no_remedy"] is None
+
+
+def test_an_impossible_layout_does_not_fit(monkeypatch, capsys):
+    doc = plan_json(monkeypatch, capsys, "--config-json", str(CONFIGS / "llama-3.1-8b.json"), "--gpu", "h100_sxm",
+                    "--tp", "3")
+    assert doc["verdict"] == "does_not_fit" and "TP 3 does not divide the model's 32 attention heads" in doc["reason"]
+    assert [r["changes"] for r in doc["remedies"]][:1] == [{"tp_size": 4}]
 
 
 # ---- --model through huggingface_hub, offline, against a cache built here --------------------------
@@ -125,14 +133,16 @@ def test_model_from_the_cache_gives_the_exact_weight_bytes(tmp_path):
                          "--gpus", "8", "--workload", "8192x16", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    weights = next(b for b in doc["buckets"] if b["bucket"] == "weights")
-    assert weights["gib"] == round(LLAMA_70B_BYTES / 2**30 / 8, 2) and "total_size" in weights["derivation"]
-    assert doc["kv_bytes_per_token"] == 40960 and doc["totals"]["weights_gib"] == round(LLAMA_70B_BYTES / 2**30, 2)
-    # a weight dtype asked for sizes from the parameter count instead
+    weights = doc["per_gpu"]["weights_gib"]
+    # the checkpoint's bytes a rank, and what SGLang's load adds (measured: 0.11 GiB)
+    assert weights["value"] == round(LLAMA_70B_BYTES / 2**30 / 8 + 0.11, 2) and "total_size" in weights["derivation"]
+    assert doc["per_gpu"]["kv_bytes_per_token"]["value"] == 40960
+    assert doc["totals"]["weights_gib"] == round(LLAMA_70B_BYTES / 2**30, 2)
+    # a weight dtype asked for sizes from the parameters instead
     proc = _plan_offline(cache, tmp_path, "--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h100_sxm",
                          "--gpus", "8", "--weight-dtype", "fp8", "--format", "json")
-    weights = next(b for b in json.loads(proc.stdout)["buckets"] if b["bucket"] == "weights")
-    assert "total_size" not in weights["derivation"] and "× 1 B" in weights["derivation"]
+    weights = json.loads(proc.stdout)["per_gpu"]["weights_gib"]
+    assert "total_size" not in weights["derivation"] and "fp8 per channel: 1 B" in weights["derivation"]
 
 
 @hub
@@ -141,7 +151,7 @@ def test_model_without_a_safetensors_index_counts_parameters(tmp_path):
     cache = _hub_cache(tmp_path, "acme/llama-8b", {"config.json": json.loads((CONFIGS / "llama-3.1-8b.json").read_text())})
     proc = _plan_offline(cache, tmp_path, "--model", "acme/llama-8b", "--gpu", "h100_sxm", "--format", "json")
     assert proc.returncode == 0, proc.stderr
-    weights = next(b for b in json.loads(proc.stdout)["buckets"] if b["bucket"] == "weights")
+    weights = json.loads(proc.stdout)["per_gpu"]["weights_gib"]
     assert "× 2 B" in weights["derivation"]
 
 

@@ -91,7 +91,7 @@ def test_cli_lists_and_prints_derivation_rules(monkeypatch, capsys):
     assert code == 0 and len(rows) == len(DERIVATIONS)
     assert any(row.split()[:2] == ["derive", "breakdown.weights"] for row in rows)
     assert any(row.split()[:2] == ["what-if", "what-if.sglang"] for row in rows)
-    assert any(row.split()[:2] == ["plan", "plan.kv-per-token"] for row in rows)
+    assert any(row.split()[:2] == ["plan", "plan.kv-cells"] for row in rows)
     code, out, _ = run_entry(monkeypatch, capsys, "rules", "kv-pool.budget")
     assert code == 0
     assert out.startswith("kv-pool.budget (derive rule; concludes kv_pool:budget_gib, kv_pool:headroom_gib)")

@@ -177,7 +177,7 @@ def test_vllm_without_a_total_is_not_projected():
     assert p["not_projected"] == [{"change": "gpu_memory_utilization", "reason": "needs the GPU total"}]
 
 
-# ---- plan: the worksheet's published figures -------------------------------------------------
+# ---- plan: the framework's own arithmetic, forwards -------------------------------------------
 
 def request(**kw) -> F.PlanRequest:
     return F.PlanRequest(evidence=F.Evidence(0, "test", 0, "input"), **kw)
@@ -185,48 +185,61 @@ def request(**kw) -> F.PlanRequest:
 
 @pytest.mark.parametrize("params, gib", [("7B", 13.04), ("70B", 130.39), ("405B", 754.37)])
 def test_weights_figures(params, gib):
-    report = plan(PLAN, request(params=parse_params(params)), gpu="h100_sxm")
+    report = plan(PLAN, request(params=parse_params(params), weight_dtype="bf16"), gpu="h100_sxm")
     assert report["totals"]["weights_gib"] == gib  # params × 2 B / 2^30: ≈13.0, 130.4, 754.4 GiB
 
 
-def test_llama_70b_kv_per_token_and_16_by_8k():
-    report = plan(PLAN, request(params=70e9, workloads=(parse_workload("8192x16"),), tp=1),
+def test_params_without_a_dtype_are_not_sized():
+    report = plan(PLAN, request(params=7e9), gpu="h100_sxm")
+    assert report["per_gpu"]["weights_gib"]["value"] is None and report["verdict"] == "unknown"
+    assert "--weight-dtype" in report["per_gpu"]["weights_gib"]["derivation"]
+
+
+def test_llama_70b_kv_per_token_and_the_pool_at_tp_8():
+    report = plan(PLAN, request(workloads=(parse_workload("8192x16"),), tp=8, gpus=8),
                   config_json=str(CONFIGS / "llama-3.1-70b.json"), gpu="h100_sxm")
-    assert report["kv_bytes_per_token"] == 327680  # 80 layers × 8 heads × 128 × 2 × 2 B = 0.3125 MiB
-    assert report["kv_bytes_per_token"] / (1 << 20) == 0.3125
-    assert report["totals"]["kv_cache_gib"] == 40.0  # 16 × 8192 × 327680 B = 40 GiB
+    g = report["per_gpu"]
+    assert g["kv_bytes_per_token"]["value"] == 40960  # 80 layers × 1 head a rank × (128 + 128) × 2 B
+    assert g["weights_gib"]["value"] == 16.54  # 8.82 B parameters a rank × 2 B + SGLang's measured 0.11 GiB
+    # (79.19 − 0.51 − 1.25) × SGLang's own fraction 0.818 (14848 MiB reserved of 81559) − 16.54
+    assert g["budget_gib"]["value"] == 46.8 and report["settings"]["fraction"] == 0.818
+    assert g["kv_tokens"]["value"] == 1_226_833 and report["verdict"] == "fits"
+    assert g["max_concurrent"]["value"] == 9  # 1,226,833 // 131,072 (the model's context)
 
 
 def test_70b_full_fine_tuning():
-    report = plan(PLAN, request(params=70e9, training="full", gpus=16, tp=16), gpu="h100_sxm")
+    report = plan(PLAN, request(params=70e9, weight_dtype="bf16", training="full", gpus=16, tp=16), gpu="h100_sxm")
     assert report["totals"]["training_gib"] == 1173.47  # 70e9 × 18 B / 2^30 ≈ 1,173 GiB
-    state = next(b for b in report["buckets"] if b["bucket"] == "training_state")
-    assert state["gib"] == round(70e9 * 16 / (1 << 30) / 16, 2)  # 16 B beyond the 2-B weights, over 16 GPUs
+    assert report["training"]["state_gib"] == round(70e9 * 16 / (1 << 30) / 16, 2)  # 16 B beyond the weights
+    assert report["verdict"] == "does_not_fit"  # 8.15 + 65.19 GiB against 79.19 × 0.85
 
 
-def test_verdict_and_smallest_tp():
-    report = plan(PLAN, request(params=70e9, workloads=((8192, 16),), tp=2, gpus=8),
-                  config_json=str(CONFIGS / "llama-3.1-70b.json"), gpu="h100_sxm")
-    assert report["verdict"] == "fits at TP=4" and report["min_tp"] == 4
-    assert report["usable_gib_per_gpu"] == 71.69  # 81559 MiB / 1024 × 0.9
-    names = [b["bucket"] for b in report["buckets"]]
-    assert names == ["weights", "kv_cache", "activation", "framework", "headroom"]
-    assert [b["estimate"] for b in report["buckets"]] == [False, False, True, True, False]
-    assert report["concurrency_at_tp"] == 4 and report["max_concurrency"][0]["context"] == 8192
+def test_vllm_refuses_a_context_one_request_cannot_fill_and_the_remedies_are_planned():
+    report = plan(PLAN, request(tp=2, gpus=8, framework="vllm"), config_json=str(CONFIGS / "llama-3.1-70b.json"),
+                  gpu="h100_sxm")
+    assert report["verdict"] == "does_not_fit" and "max_model_len 131,072" in report["reason"]
+    by_kind = {next(iter(r["changes"])): r for r in report["remedies"]}
+    assert by_kind["tp_size"]["changes"] == {"tp_size": 4} and by_kind["tp_size"]["projected"]["fits"]
+    assert by_kind["max_model_len"]["projected"]["max_concurrent"] >= 1
+    assert all(r["introduces"] == [] and r["clears"] == ["plan.verdict"] for r in report["remedies"])
 
 
 def test_plan_cli_json_and_from_log(monkeypatch, capsys):
-    code, out, _ = run_entry(monkeypatch, capsys, "plan", "--params", "7B", "--gpu", "h100_sxm", "--format", "json")
+    code, out, _ = run_entry(monkeypatch, capsys, "plan", "--config-json", str(CONFIGS / "llama-3.1-8b.json"), "--gpu",
+                             "h100_sxm", "--format", "json")
     doc = json.loads(out)
-    assert code == 0 and doc["verdict"] == "fits" and doc["min_tp"] == 1
-    assert {b["bucket"] for b in doc["buckets"]} >= {"weights", "activation", "framework", "headroom"}
+    assert code == 0 and doc["verdict"] == "fits" and doc["schema"] == "capdiag.plan/2"
+    assert doc["per_gpu"]["kv_tokens"]["value"] == 414_105  # (79.19 − 0.6) × 0.835 − 15.07 GiB / 131,072 B
     code, out, _ = run_entry(monkeypatch, capsys, "plan", "--from-log", EXAMPLE, "--config-json",
                              str(CONFIGS / "llama-3.1-8b.json"), "--gpu", "h100_sxm", "--format", "json")
-    rows = {r["quantity"]: r for r in json.loads(out)["from_log"]["comparison"]}
-    assert rows["weights per GPU"]["predicted"] == 14.96 and rows["weights per GPU"]["measured"] == 14.99
-    assert rows["weights per GPU"]["error_percent"] == -0.2
+    doc = json.loads(out)
+    rows = {r["quantity"]: r for r in doc["from_log"]["comparison"]}
+    assert rows["weights per GPU"]["predicted"] == 15.07 and rows["weights per GPU"]["measured"] == 14.99
+    assert rows["weights per GPU"]["error_percent"] == 0.5
+    # the log's own fraction (0.838) and context, the plan's own cell: 415,615 tokens in the log
+    assert doc["settings"]["fraction"] == 0.838 and rows["KV tokens per GPU"]["measured"] == 415_615
+    assert abs(rows["KV tokens per GPU"]["error_percent"]) < 1.0
     assert rows["KV bytes per token per GPU"]["predicted"] == 131072
-    assert rows["CUDA graphs"]["predicted"] is None and rows["CUDA graphs"]["measured"] == 0.58
 
 
 def test_plan_needs_params_or_config(monkeypatch, capsys):

@@ -114,20 +114,23 @@ class ModelWeights(Fact):
 
 @frozen_fact
 class PlanRequest(Fact):
-    """`capdiag plan`: a deployment to size before any log exists."""
+    """`capdiag plan`: a deployment to size before any log exists. A setting left None is the
+    framework's own default (or, for the dtypes, the checkpoint's), which the plan says it took."""
 
     params: Optional[float] = None  # parameters, when given as --params (else from config.json)
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
+    weight_dtype: Optional[str] = None  # None: as config.json states it
+    kv_dtype: Optional[str] = None  # None: `auto`, the model's dtype
     workloads: tuple[tuple[int, int], ...] = ()  # (context tokens, concurrent requests)
     contexts: tuple[int, ...] = ()
     gpus: Optional[int] = None
     tp: Optional[int] = None
     framework: str = "sglang"
     fraction: Optional[float] = None
-    headroom: float = 0.15
+    headroom: float = 0.15  # --training only: the share of the GPU a fine-tune keeps free
     training: Optional[str] = None  # "full" or "lora"
     weights_as_stored: bool = False  # size the weights from ModelWeights (the checkpoint's own bytes)
+    version: Optional[str] = None  # the framework release to plan for (None: the newest modelled)
+    settings: tuple[tuple[str, Any], ...] = ()  # --set KEY=VALUE: the framework's own settings
 
 
 @frozen_fact

@@ -1,9 +1,11 @@
-"""`capdiag plan`: the worksheet's inputs → facts → the plan rules → a plan report (data).
+"""`capdiag plan`: the plan's inputs → facts → the plan rules → a plan report (data).
 
-With `--from-log`, the worksheet is filled from a real start-up (its TP, dtypes and model)
-and set beside what that log measured, with the error of each prediction. The driver is handed
-what it runs on (the plan rule set, the analysed log's knowledge): rules never reach back into
-the analysis or the report that are built on them.
+When the deployment does not fit, each candidate change (more GPUs, quantized weights, an fp8
+KV cache, a larger fraction, a shorter context) is planned again through the same rules, and
+only the changes whose plan fits are offered, with the figures of that plan. With `--from-log`,
+the plan is filled from a real start-up's settings and set beside what that log measured. The
+driver is handed what it runs on (the plan rule set, the analysed log's knowledge): rules never
+reach back into the analysis or the report that are built on them.
 """
 from __future__ import annotations
 
@@ -16,14 +18,13 @@ from capdiag.engine import Knowledge, Rule, run
 from capdiag.errors import InputError
 from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
-from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
-from capdiag.vocabulary import GIB, element_size, kv_cell
+from capdiag.rules.plan.rules import TP_CHOICES, tp_of
+from capdiag.vocabulary import GIB, element_size
 
-BUCKETS = ("weights", "kv_cache", "activation", "framework", "headroom", "training_state")
-SCHEMA = "capdiag.plan/1"
-
-
+SCHEMA = "capdiag.plan/2"
 MAX_PARAMS = 1e15
+MIN_BARE_PARAMS = 1e6  # a bare --params below this is a count in billions written without its B
+MAX_FRACTION = 0.95  # the largest fraction a remedy proposes: above it, nothing is left for activations
 
 
 def parse_params(text: Optional[str]) -> Optional[float]:
@@ -45,13 +46,10 @@ def parse_params(text: Optional[str]) -> Optional[float]:
     return count
 
 
-MIN_BARE_PARAMS = 1e6  # a bare --params below this is a count in billions written without its B
-
-
 def shape_config(layers: Optional[int], kv_heads: Optional[int], head_dim: Optional[int],
                  hidden: Optional[int]) -> Optional[F.ModelConfig]:
-    """The shape given on the command line (`--layers --kv-heads --head-dim`, and `--hidden` for
-    the activation estimate) as the fact a config.json would give; None when none is given."""
+    """The shape given on the command line (`--layers --kv-heads --head-dim`, and `--hidden`) as
+    the fact a config.json would give; None when none is given."""
     given = {"--layers": layers, "--kv-heads": kv_heads, "--head-dim": head_dim, "--hidden": hidden}
     if all(v is None for v in given.values()):
         return None
@@ -80,147 +78,220 @@ def parse_workload(text: str) -> tuple[int, int]:
 def plan(rules: tuple[Rule, ...], request: F.PlanRequest, *, config_json: Optional[str] = None, gpu: Optional[str] = None,
          gpu_total_gib: Optional[float] = None, model: Optional[F.ModelConfig] = None,
          weights: Optional[F.ModelWeights] = None) -> dict[str, Any]:
-    """The worksheet for `request`, by the plan `rules`; the model's shape from `config_json` (a path) or `model`
-    (from the Hub or the command line), its checkpoint's bytes from `weights`. When the
-    deployment does not fit, the nearest ones that do (more GPUs, smaller weight or KV dtype)."""
+    """The plan for `request`, by the plan `rules`; the model's shape from `config_json` (a path)
+    or `model` (from the Hub or the command line), its checkpoint's bytes from `weights`."""
     inputs: list[F.Fact] = [f for f in (model, weights) if f is not None]
     if config_json is not None:
         inputs.append(read_model_config(config_json))
-    if element_size(request.kv_dtype) is None:
-        raise InputError(f"--kv-dtype {request.kv_dtype}: bf16, fp16 or fp8")
+    if request.kv_dtype not in (None, "auto") and element_size(request.kv_dtype) is None:
+        raise InputError(f"--kv-dtype {request.kv_dtype}: bf16, fp16, fp8 or auto")
     inputs.extend(gpu_input_facts(gpu, gpu_total_gib, ()))
-    kb = _worksheet(rules, request, inputs)
+    kb = worksheet(rules, request, inputs)
     report = build_plan(kb, request)
-    report["fitting_alternatives"] = (_alternatives(rules, request, inputs, kb) if report["verdict"] == "does not fit"
-                                      else [])
+    if report["verdict"] == "does_not_fit" and not request.training:
+        report["remedies"] = remedies(rules, request, inputs, kb)
+        if not report["remedies"]:
+            report["no_remedy"] = _no_remedy(kb, request)
     return report
 
 
-def _worksheet(rules: tuple[Rule, ...], request: F.PlanRequest, inputs: list[F.Fact]) -> Knowledge:
+def worksheet(rules: tuple[Rule, ...], request: F.PlanRequest, inputs: list[F.Fact]) -> Knowledge:
     kb = Knowledge((request, *inputs))
     run(rules, kb)
     return kb
 
 
-# what "does not fit" tries instead: more GPUs (TP), then a smaller weight dtype, then fp8 KV
-ALTERNATIVE_WEIGHT_DTYPES = ("fp8", "int4")
-ALTERNATIVE_KV_DTYPES = ("fp8",)
-MAX_ALTERNATIVES = 5
+def _value(kb: Knowledge, key: str) -> Any:
+    d = kb.get("plan", key)
+    return d.value if d is not None and d.known else None
 
 
-def _alternatives(rules: tuple[Rule, ...], request: F.PlanRequest, inputs: list[F.Fact], kb: Knowledge) -> list[dict[str, Any]]:
-    """The nearest deployments that fit: for each weight and KV dtype (the request's, or a
-    smaller one), the fewest GPUs (TP) that fit — a TP the model's attention heads divide, when
-    they are known; fewest changes first, then fewest GPUs. A weight dtype is only tried when
-    the weights are sized from parameters (a checkpoint's stored bytes hold one dtype)."""
-    from capdiag.rules.plan.rules import TP_CHOICES
+def _verdict(kb: Knowledge) -> dict[str, Any]:
+    return _value(kb, "verdict") or {}
 
-    params_known = kb.value("plan", "parameters") is not None
-    weight_dtypes = (request.weight_dtype,) + tuple(
-        d for d in ALTERNATIVE_WEIGHT_DTYPES if params_known and not request.weights_as_stored
-        and BYTES_PER_WEIGHT[d] < BYTES_PER_WEIGHT.get(request.weight_dtype.lower(), 2))
-    kv_dtypes = (request.kv_dtype,) + tuple(d for d in ALTERNATIVE_KV_DTYPES
-                                            if element_size(d) < element_size(request.kv_dtype))
-    model = kb.first(F.ModelConfig, role=None)
-    heads = model.fields.get("num_attention_heads") if model is not None else None
-    tp = request.tp or request.gpus or 1
-    found = []
-    for weight_dtype in weight_dtypes:
-        for kv_dtype in kv_dtypes:
-            for candidate_tp in (t for t in TP_CHOICES if t >= tp and (not heads or heads % t == 0)):
-                changes = [f"{what} {old} → {new}" for what, old, new in
-                           (("GPUs (TP)", tp, candidate_tp), ("weight dtype", request.weight_dtype, weight_dtype),
-                            ("KV dtype", request.kv_dtype, kv_dtype)) if old != new]
-                trial = attrs.evolve(request, tp=candidate_tp, gpus=max(candidate_tp, request.gpus or 1),
-                                     weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-                verdict = _worksheet(rules, trial, inputs).get("plan", "verdict")
-                if changes and verdict is not None and verdict.known and verdict.value["verdict"] == "fits":
-                    found.append({"tp": candidate_tp, "gpus": trial.gpus, "weight_dtype": weight_dtype,
-                                  "kv_dtype": kv_dtype, "need_gib_per_gpu": verdict.value["need_gib"],
-                                  "changes": changes})
-                    break  # more GPUs fit too; the fewest is the nearest
-    found.sort(key=lambda a: (len(a["changes"]), a["gpus"]))
-    return found[:MAX_ALTERNATIVES]
+
+def _candidates(request: F.PlanRequest, kb: Knowledge) -> list[tuple[dict[str, Any], F.PlanRequest, str]]:
+    """(the change in --what-if keys, the request with it, its wording), least disruptive first:
+    a larger fraction, a shorter context, an fp8 KV cache, more GPUs, then quantized weights."""
+    out = []
+    settings = _value(kb, "settings") or {}
+    fraction = settings.get("fraction")
+    key = "mem_fraction_static" if request.framework == "sglang" else "gpu_memory_utilization"
+    if fraction is not None and fraction < MAX_FRACTION:
+        for step in (0.05, 0.1):
+            new = round(min(fraction + step, MAX_FRACTION), 2)
+            if new > fraction:
+                out.append(({key: new}, attrs.evolve(request, fraction=new), f"raise {key} to {new}"))
+    context = settings.get("context")
+    pool = _value(kb, "pool") or {}
+    if request.framework == "vllm" and context and pool.get("concurrency") is not None and pool["concurrency"] < 1:
+        shorter = max(256, int(context * pool["concurrency"]) // 256 * 256)
+        out.append(({"max_model_len": shorter}, attrs.evolve(request, contexts=(shorter,) + request.contexts[1:]),
+                    f"lower max_model_len to {shorter:,}"))
+    cells = kb.get("plan", "kv_cells")
+    if cells is not None and cells.known and cells.detail.get("element", 1) > 1:
+        out.append(({"kv_cache_dtype": "fp8"}, attrs.evolve(request, kv_dtype="fp8"), "store the KV cache in fp8"))
+    shape = (kb.get("plan", "shape").detail.get("shape") if kb.get("plan", "shape") is not None
+             and kb.get("plan", "shape").known else None)
+    tp = tp_of(request)
+    for candidate in TP_CHOICES:
+        if candidate > tp and (request.gpus is None or candidate <= max(request.gpus, tp) or request.gpus <= tp) \
+                and (shape is None or shape.heads % candidate == 0):
+            out.append(({"tp_size": candidate}, attrs.evolve(request, tp=candidate, gpus=max(candidate, request.gpus or 1)),
+                        f"shard over {candidate} GPUs (TP {candidate})"))
+    weights = kb.get("plan", "weights")
+    quantized = weights is not None and weights.known and weights.detail.get("quantization")
+    if not quantized and not request.weights_as_stored:
+        for dtype, what in (("fp8", "fp8 weights"), ("int4", "4-bit weights (AWQ/GPTQ)")):
+            out.append(({"quantization": dtype}, attrs.evolve(request, weight_dtype=dtype), f"serve {what}"))
+    return out
+
+
+def remedies(rules: tuple[Rule, ...], request: F.PlanRequest, inputs: list[F.Fact], kb: Knowledge) -> list[dict[str, Any]]:
+    """Every candidate change planned again; those whose plan fits, with its figures — at most
+    one a kind (the smallest TP, the smallest fraction step that fits)."""
+    found, kinds = [], set()
+    for changes, trial, text in _candidates(request, kb):
+        kind = next(iter(changes))
+        if kind in kinds:
+            continue
+        then = worksheet(rules, trial, inputs)
+        verdict = _verdict(then)
+        if verdict.get("verdict") != "fits":
+            continue
+        kinds.add(kind)
+        pool = _value(then, "pool") or {}
+        found.append({"changes": changes, "text": text,
+                      "projected": {"fits": True, "kv_tokens": pool.get("kv_tokens"),
+                                    "kv_cache_gib": pool.get("kv_cache_gib"), "budget_gib": _value(then, "budget"),
+                                    "max_concurrent": verdict.get("max_concurrent")},
+                      "clears": ["plan.verdict"], "introduces": []})
+    return found
+
+
+def _no_remedy(kb: Knowledge, request: F.PlanRequest) -> str:
+    weights, device = _value(kb, "weights"), _value(kb, "device")
+    if weights and device:
+        need = weights * tp_of(request)
+        return (f"nothing within reach fits: the weights alone are {need:.1f} GiB over {tp_of(request)} GPU(s) of "
+                f"{device} GiB; it takes more or larger GPUs (at least {need / device * 1.1:.1f} GPUs' worth with "
+                "room for the KV cache) or a smaller checkpoint")
+    return "nothing within reach fits, and the inputs do not say what would"
+
+
+def _field(d, value=None) -> dict[str, Any]:
+    if d is None:
+        return {"value": None, "derivation": "not planned"}
+    if not d.known:
+        return {"value": None, "derivation": d.value.reason}
+    return {"value": d.value if value is None else value, "derivation": d.formula}
 
 
 def build_plan(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
-    def value(key):
-        d = kb.get("plan", key)
-        return d.value if d is not None and d.known else None
-
-    def derivation(d):
-        return d.formula if d.known else d.value.reason
-
     verdict = kb.get("plan", "verdict")
-    total = kb.get("gpu", "total_gib")
+    pool = kb.get("plan", "pool")
+    p = pool.value if pool is not None and pool.known else {}
+    settings = kb.get("plan", "settings")
+    st = settings.value if settings is not None and settings.known else {}
+    budget = kb.get("plan", "budget")
+    cells = kb.get("plan", "kv_cells")
+    training = kb.get("plan", "training")
+    v = verdict.value if verdict is not None and verdict.known else (training.value if training is not None and
+                                                                   training.known else {})
+    status = v.get("verdict") or "unknown"
+    reason = v.get("reason") or (verdict.formula if verdict is not None else training.formula if training else
+                                 "cannot plan: " + next((d.value.reason for d in (pool, budget, cells)
+                                                        if d is not None and not d.known), "inputs missing"))
+    terms = []
+    if budget is not None and budget.known:
+        for key, value in budget.detail.items():
+            terms.append({"term": key[:-4] if key.endswith("_gib") else key, "gib": round(value, 2)})
+    if request.training:  # a fine-tune is weights and optimizer state, not a serving pool
+        return {"schema": SCHEMA, "inputs": _inputs(request), "verdict": status, "reason": reason,
+                "shape": _field(kb.get("plan", "shape")), "parameters": _value(kb, "parameters"), "settings": {},
+                "settings_derivation": None,
+                "per_gpu": {"total_gib": _field(kb.get("plan", "device")),
+                            "weights_gib": {"value": v.get("need_gib", 0) - v.get("state_gib", 0) if v else None,
+                                            "derivation": "the parameters' bytes on the GPU"}},
+                "terms": [], "request_limit": None, "training": v or None,
+                "training_derivation": training.formula if training is not None else None,
+                "totals": _totals(kb, request), "remedies": [], "no_remedy": None, "from_log": None}
+    per_gpu = {
+        "total_gib": _field(kb.get("plan", "device")),
+        "weights_gib": _field(kb.get("plan", "weights")),
+        "budget_gib": _field(budget),
+        "kv_cache_gib": _field(pool, p.get("kv_cache_gib")),
+        "kv_tokens": _field(pool, p.get("kv_tokens")),
+        "kv_bytes_per_token": _field(cells),
+        "max_concurrent": {"value": v.get("max_concurrent"), "context": st.get("context"),
+                           "derivation": reason},
+    }
+    if p.get("state_gib") is not None:
+        per_gpu["mamba_state_gib"] = {"value": p["state_gib"], "slots": p.get("state_slots"),
+                                      "derivation": pool.formula}
     return {
         "schema": SCHEMA,
-        "inputs": {"params": request.params, "weight_dtype": request.weight_dtype, "kv_dtype": request.kv_dtype,
-                   "workloads": [{"context": c, "requests": n} for c, n in request.workloads],
-                   "contexts": list(request.contexts), "gpus": request.gpus, "tp": request.tp or request.gpus or 1,
-                   "framework": request.framework, "fraction": request.fraction, "headroom": request.headroom,
-                   "training": request.training, "weights_as_stored": request.weights_as_stored},
-        "parameters": value("parameters"),
-        "kv_bytes_per_token": value("kv_per_token"),
-        "kv_derivation": derivation(kb.get("plan", "kv_per_token")) if kb.get("plan", "kv_per_token") else None,
-        "gpu": {"total_gib": total.value if total is not None and total.known else None,
-                "derivation": derivation(total) if total is not None else None},
-        "buckets": [{"bucket": key, "gib": value(key), "estimate": kb.get("plan", key).detail.get("estimate", False),
-                     "derivation": derivation(kb.get("plan", key))}
-                    for key in BUCKETS if kb.get("plan", key) is not None],
-        "usable_gib_per_gpu": value("usable"),
-        "usable_derivation": derivation(kb.get("plan", "usable")) if kb.get("plan", "usable") else None,
-        "verdict": verdict.value["verdict"] if verdict is not None and verdict.known else None,
-        "verdict_derivation": derivation(verdict) if verdict is not None else None,
-        "min_tp": verdict.value["min_tp"] if verdict is not None and verdict.known else None,
-        "need_gib_per_gpu": verdict.value["need_gib"] if verdict is not None and verdict.known else None,
-        "max_concurrency": verdict.value["max_concurrency"] if verdict is not None and verdict.known else [],
-        "concurrency_at_tp": verdict.value["at_tp"] if verdict is not None and verdict.known else None,
+        "inputs": _inputs(request),
+        "verdict": status,
+        "reason": reason,
+        "shape": _field(kb.get("plan", "shape")),
+        "parameters": _value(kb, "parameters"),
+        "settings": {k: val for k, val in st.items() if k != "release"},
+        "settings_derivation": settings.formula if settings is not None and settings.known else None,
+        "per_gpu": per_gpu,
+        "terms": terms,
+        "request_limit": p.get("max_running_requests"),
+        "training": training.value if training is not None and training.known else None,
+        "training_derivation": training.formula if training is not None else None,
         "totals": _totals(kb, request),
+        "remedies": [],
+        "no_remedy": None,
         "from_log": None,
     }
 
 
-def _totals(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
-    """Whole-model figures (all GPUs together), as the worksheet publishes them."""
-    from capdiag.rules.plan.rules import TRAINING_BYTES
+def _inputs(request: F.PlanRequest) -> dict[str, Any]:
+    return {"params": request.params, "weight_dtype": request.weight_dtype, "kv_dtype": request.kv_dtype,
+            "workloads": [{"context": c, "requests": n} for c, n in request.workloads],
+            "contexts": list(request.contexts), "gpus": request.gpus, "tp": tp_of(request),
+            "framework": None if request.training else request.framework, "framework_version": request.version,
+            "fraction": request.fraction, "settings": dict(request.settings), "training": request.training,
+            "headroom": request.headroom if request.training else None, "weights_as_stored": request.weights_as_stored}
 
-    params = kb.get("plan", "parameters")
-    per_token = kb.get("plan", "kv_per_token")
-    tp = request.tp or request.gpus or 1
+
+def _totals(kb: Knowledge, request: F.PlanRequest) -> dict[str, Any]:
+    """Whole-deployment figures (all GPUs together)."""
     out: dict[str, Any] = {}
-    stored = kb.first(F.ModelWeights, role=None)
-    if request.weights_as_stored and stored is not None:
-        out["weights_gib"] = round(stored.total_bytes / GIB, 2)
-    elif params is not None and params.known:
-        out["weights_gib"] = round(params.value * BYTES_PER_WEIGHT.get(request.weight_dtype.lower(), 2) / GIB, 2)
-        if request.training == "full":
-            out["training_gib"] = round(params.value * TRAINING_BYTES["full"] / GIB, 2)
-    if per_token is not None and per_token.known:
-        cell = kv_cell(kb.first(F.ModelConfig, role=None).fields, 1, tp)
-        replicas = cell.replication if cell.attention == "mha" else tp  # MLA: every rank holds the whole latent
-        whole = per_token.value * tp / replicas  # one copy of each head
-        out["kv_bytes_per_token"] = whole
-        tokens = sum(c * n for c, n in request.workloads)
-        if tokens:
-            out["kv_cache_gib"] = round(tokens * whole / GIB, 2)
+    weights = kb.get("plan", "weights")
+    if weights is not None and weights.known:
+        out["weights_gib"] = round(weights.detail.get("parameter_gib", weights.value) * tp_of(request), 2)
+    training = _value(kb, "training")
+    if training and training.get("total_gib"):
+        out["training_gib"] = training["total_gib"]
     return out
 
 
 def request_from_log(kb: Knowledge, log: str, framework: str, params: Optional[float]) -> F.PlanRequest:
-    """The worksheet's inputs as the log states them (`kb`, the analysis of `log`): TP, KV dtype,
-    context."""
-    tp = kb.value("config", "tp_size") or 1
-    dtype = kb.value("kv_pool", "dtype") or "bf16"
-    weight_dtype = "fp8" if str(kb.value("config", "quantization") or "").lower().startswith("fp8") else "bf16"
+    """The plan's inputs as the log states them (`kb`, the analysis of `log`): TP, KV dtype,
+    fraction, context, version; what the log does not state stays the framework's default."""
+    tp = kb.value("config", "tp_size")
+    dtype = kb.value("kv_pool", "dtype")
+    quant = str(kb.value("config", "quantization") or "").lower()
+    weight_dtype = ("fp8" if quant.startswith("fp8") else "int4" if quant.startswith(("awq", "gptq")) or "w4" in quant
+                    else "fp4" if "fp4" in quant else None)
+    context = kb.value("config", "max_model_len") or kb.value("config", "context_len")
+    fraction = kb.value("config", "mem_fraction_static") or kb.value("config", "gpu_memory_utilization")
     return F.PlanRequest(evidence=F.Evidence(F.INPUT_LINE, f"--from-log {log}", 0, "input"), params=params,
-                         weight_dtype=weight_dtype, kv_dtype=str(dtype), tp=tp, gpus=tp, framework=framework,
-                         fraction=kb.value("config", "mem_fraction_static") or kb.value("config", "gpu_memory_utilization"))
+                         weight_dtype=weight_dtype, kv_dtype=str(dtype) if dtype and element_size(str(dtype)) else None,
+                         tp=tp if isinstance(tp, int) else None, gpus=tp if isinstance(tp, int) else None,
+                         framework=framework, fraction=fraction,
+                         contexts=(context,) if isinstance(context, int) else (),
+                         version=kb.value("config", "framework_version"))
 
 
 def compare_with_log(plan_report: dict[str, Any], kb: Knowledge) -> list[dict[str, Any]]:
-    """The worksheet's predictions beside the log's measurements (`kb`, its analysis), with the
-    error of each."""
+    """The plan's predictions beside the log's measurements (`kb`, its analysis), with the error
+    of each: the plan is made from config.json and the settings alone, so these are independent."""
     rows = []
 
     def add(what, predicted, measured, unit, note=""):
@@ -230,15 +301,15 @@ def compare_with_log(plan_report: dict[str, Any], kb: Knowledge) -> list[dict[st
         rows.append({"quantity": what, "predicted": predicted, "measured": measured, "unit": unit,
                      "error_percent": error, "note": note})
 
-    bucket = {b["bucket"]: b["gib"] for b in plan_report["buckets"]}
-    add("weights per GPU", bucket.get("weights"), kb.value("breakdown", "weights"), "GiB")
-    add("KV bytes per token per GPU", plan_report["kv_bytes_per_token"], kb.value("kv_pool", "bytes_per_token"), "B",
-        "the log's figure carries printed rounding and a padding page")
-    tokens = kb.value("kv_pool", "tokens")
-    per_token = plan_report["kv_bytes_per_token"]
-    predicted_pool = round(tokens * per_token / GIB, 2) if tokens and per_token else None
-    add("KV pool for the log's tokens", predicted_pool, kb.value("breakdown", "kv_cache"), "GiB",
-        f"{tokens:,} tokens × predicted bytes per token" if tokens else "")
-    add("CUDA graphs", None, kb.value("breakdown", "cuda_graph"), "GiB",
-        "the worksheet does not predict graphs: they sit in its activation estimate")
+    g = plan_report["per_gpu"]
+    add("weights per GPU", g["weights_gib"]["value"], kb.value("breakdown", "weights"), "GiB")
+    add("KV cache per GPU", g["kv_cache_gib"]["value"], kb.value("breakdown", "kv_cache"), "GiB")
+    add("KV tokens per GPU", g["kv_tokens"]["value"], kb.value("kv_pool", "tokens"), "tokens",
+        "SGLang's max_total_num_tokens / vLLM's GPU KV cache size")
+    add("KV bytes per token per GPU", g["kv_bytes_per_token"]["value"], kb.value("kv_pool", "bytes_per_token"), "B",
+        "the log's figure carries printed rounding")
     return rows
+
+
+def log_gib(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value / GIB, 2)
