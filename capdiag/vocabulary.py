@@ -1,8 +1,7 @@
 """The words every layer shares, written once: the memory categories a GPU's start-up memory is
 split into, the configuration keys a report states, the request lengths the concurrency table
-uses when none are given, and the KV
-cache's bytes per token — the per-rank cell config.json implies, and the figure a log implies
-with the band its printed rounding leaves.
+uses when none are given, and the KV cache's bytes per token a log implies, with the band its
+printed rounding leaves (what config.json implies is the memory model's: capdiag.memory.kv).
 
 Rules, the plan worksheet, what-if, the report and the bars read these; the templates get the
 categories through the report and the bars. Nothing here reads a log or a fact.
@@ -53,85 +52,6 @@ def element_size(dtype: Optional[str]) -> Optional[float]:
     if "fp8" in name or "float8" in name or name in ("mxfp8", "int8", "uint8"):
         return 1
     return _ELEMENT.get(name)
-
-
-def attention_layers(cfg: dict) -> tuple[int, str]:
-    """(layers whose KV the token pool holds, how that was counted)."""
-    total = cfg["num_hidden_layers"]
-    types = cfg.get("layer_types")
-    if isinstance(types, list) and types:
-        full = sum(1 for t in types if str(t) in ("full_attention", "attention"))
-        other = sorted({str(t) for t in types} - {"full_attention", "attention"})
-        return full, f"{full} of {len(types)} layers are full attention (the rest: {', '.join(other) or 'none'})"
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0:
-        return total // interval, f"every {interval}th of {total} layers is full attention"
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        return pattern.count("*"), f"{pattern.count('*')} attention layers in hybrid_override_pattern"
-    blocks = cfg.get("layers_block_type")
-    if isinstance(blocks, list) and blocks:
-        full = sum(1 for b in blocks if str(b) == "attention")
-        return full, f"{full} of {len(blocks)} layers are attention (layers_block_type)"
-    return total, ""
-
-
-def attention_shape(cfg: dict) -> Optional[tuple[int, int]]:
-    """(KV heads, head_dim) of an MHA/GQA layer; None when config.json lacks them (no
-    num_attention_heads, or neither head_dim nor hidden_size)."""
-    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
-    if not heads or not (cfg.get("head_dim") or (cfg.get("hidden_size") and cfg.get("num_attention_heads"))):
-        return None
-    return heads, cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-
-
-@frozen
-class KVCell:
-    """One token's KV on one rank: its bytes, how they were counted, and the attention's shape."""
-    bytes: float
-    formula: str
-    attention: str  # "mla": a latent every rank holds whole; "mha": heads split over attention TP
-    layers: int
-    kv_heads_per_rank: Optional[int] = None
-    replication: int = 1  # copies of each KV head across the attention-TP ranks
-
-
-def kv_cell(cfg: dict, element: float, attn_tp: int = 1, pp: int = 1) -> Optional[KVCell]:
-    """The per-rank KV cell from config.json, as SGLang and vLLM size it, for KV elements of
-    `element` bytes over `attn_tp` attention ranks and `pp` pipeline stages; None when
-    config.json lacks the attention shape.
-
-    - MHA/GQA: max(1, kv_heads // attn_tp) × (head_dim + v_head_dim) × layers × element; when
-      kv_heads < attn_tp each rank keeps one head, stored attn_tp // kv_heads times.
-    - MLA: (kv_lora_rank + qk_rope_head_dim) × layers × element on every rank; DSA (an indexer,
-      fp8) adds the fp8 scales and the indexer row.
-    - Hybrid models count their full-attention layers only; PP stages their share, rounded up.
-    """
-    layers, counted = attention_layers(cfg)
-    if pp > 1:
-        layers = -(-layers // pp)
-        counted = "; ".join(c for c in (counted, f"÷ {pp} PP stages, rounded up (even split assumed)") if c)
-    counted = f" ({counted})" if counted else ""
-    if cfg.get("kv_lora_rank"):
-        lora, rope = cfg["kv_lora_rank"], cfg.get("qk_rope_head_dim", 0)
-        value, formula = (lora + rope) * layers * element, f"MLA: ({lora} + {rope}) × {layers} layers × {element} B"
-        if cfg.get("index_head_dim") and element == 1:
-            idx = cfg["index_head_dim"]
-            value = (lora + lora // 128 * 4 + rope * 2 + idx + idx // 128 * 4) * layers
-            formula = f"DSA fp8: ({lora} + {lora}/128×4 + {rope}×2 + indexer {idx} + {idx}/128×4) × {layers} layers"
-        return KVCell(value, formula + counted + "; not split by TP: every rank holds the latent", "mla", layers)
-    shape = attention_shape(cfg)
-    if shape is None:
-        return None
-    heads, head_dim = shape
-    v_head_dim = cfg.get("v_head_dim") or head_dim
-    per_rank = max(1, heads // attn_tp)
-    copies = attn_tp // heads if heads < attn_tp else 1
-    formula = (f"max(1, {heads} KV heads // attn_tp {attn_tp}) = {per_rank} × ({head_dim} + {v_head_dim}) × "
-               f"{layers} layers × {element} B" + counted)
-    if copies > 1:
-        formula += f"; {heads} KV heads over {attn_tp} ranks: each head is stored {copies} times"
-    return KVCell(per_rank * (head_dim + v_head_dim) * layers * element, formula, "mha", layers, per_rank, copies)
 
 
 @frozen

@@ -366,10 +366,14 @@ def test_weights_check_llama31_8b(tmp_path):
     assert "agrees" in check["derivation"]
 
 
-def test_weights_check_unknown_for_the_hybrid(tmp_path):
+def test_weights_check_counts_the_hybrid(tmp_path):
+    # Qwen3-Next-80B-A3B: 36 Gated DeltaNet layers and 12 full-attention ones, 512 experts each;
+    # published as 80 B parameters in all, counted here as 79.57 B
     rep = build(analyse(sglang_log(tmp_path, "Qwen/Qwen3-Next-80B-A3B-Instruct", 1, "bfloat16"),
                         config_json=inp("config_qwen3_next_style.json")))
-    assert rep["weights_check"]["theoretical_gib"] is None and rep["weights_check"]["derivation"]
+    check = rep["weights_check"]
+    assert check["theoretical_gib"] == 148.22  # 79.57 B × 2 B / 2^30
+    assert "79.57 B parameters" in check["derivation"] and "36 gdn state layers" in check["derivation"]
 
 
 def test_read_model_config_fields():

@@ -122,7 +122,7 @@ def _layer_kinds(cfg: dict, layers: int) -> tuple[list[str], str]:
     interval = _int(cfg, "full_attention_interval")
     if interval:
         return ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)], \
-            f"every {interval}th layer is full attention (full_attention_interval)"
+            f"every {interval}th of {layers} layers is full attention (full_attention_interval)"
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and len(pattern) == layers:  # Nemotron-H: one block a layer, MLPs their own
         table = {"*": "full", "M": "mamba", "-": "mlp", "E": "mlp"}
@@ -143,12 +143,13 @@ def _layer_kinds(cfg: dict, layers: int) -> tuple[list[str], str]:
     return ["full"] * layers, "every layer is full attention"
 
 
-def _experts(cfg: dict) -> int:
+def experts_of(cfg: dict) -> int:
+    """Routed experts a layer of this config holds (0 for a dense model)."""
     return _int(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0) or 0
 
 
 def _is_moe_layer(cfg: dict, i: int) -> bool:
-    if not _experts(cfg) or cfg.get("enable_moe_block") is False:
+    if not experts_of(cfg) or cfg.get("enable_moe_block") is False:
         return False
     if i < (_int(cfg, "first_k_dense_replace", default=0) or 0):
         return False
@@ -164,7 +165,7 @@ def _mlp(cfg: dict, i: int, h: int, prefix: str) -> list[Params]:
         inter = _int(cfg, "intermediate_size")
         return [Params(f"{prefix}.mlp.gate_up_proj", 2 * h * inter, "tp"),
                 Params(f"{prefix}.mlp.down_proj", inter * h, "tp")]
-    experts = _experts(cfg)
+    experts = experts_of(cfg)
     inter = _int(cfg, "moe_intermediate_size", "expert_intermediate_size", "intermediate_size")
     block = "block_sparse_moe" if model_type.startswith(("mixtral", "minimax")) else "mlp"
     router = f"{prefix}.mlp.router" if model_type == "gpt_oss" else f"{prefix}.{block}.gate"
@@ -295,16 +296,22 @@ def _attention(cfg: dict, kinds: list[str]) -> tuple[Attention, ...]:
 def kv_shape(cfg: dict) -> Optional[tuple[Attention, ...]]:
     """The attention layers alone, for a config that gives only their shape (the plan's
     `--layers --kv-heads --head-dim`); None when even that is missing."""
+    found = kv_layers(cfg)
+    return found[0] if found else None
+
+
+def kv_layers(cfg: dict) -> Optional[tuple[tuple[Attention, ...], str]]:
+    """(the attention layers, how their kinds were read), or None."""
     layers = _int(cfg, "num_hidden_layers")
     heads = _int(cfg, "num_key_value_heads", "num_attention_heads")
     if not layers or not heads or not (_int(cfg, "head_dim") or _int(cfg, "kv_lora_rank")
                                        or (_int(cfg, "hidden_size") and _int(cfg, "num_attention_heads"))):
         return None
     cfg = {"num_attention_heads": heads, **cfg}
-    kinds, _ = _layer_kinds(cfg, layers)
+    kinds, read = _layer_kinds(cfg, layers)
     if any(k.startswith("?") for k in kinds):
         return None
-    return _attention(cfg, kinds)
+    return _attention(cfg, kinds), read
 
 
 def model_shape(cfg: dict) -> tuple[Optional[Shape], str]:
@@ -366,7 +373,7 @@ def model_shape(cfg: dict) -> tuple[Optional[Shape], str]:
         notes.append("the vision tower is counted from vision_config (blocks and projector, an estimate)")
     if recurrent is not None:
         recurrent = attrs.evolve(recurrent, layers=tuple(recurrent_layers))
-    experts = _experts(cfg)
+    experts = experts_of(cfg)
     topk = (_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) or 0) if experts else 0
     expert_width = (_int(cfg, "moe_intermediate_size", "expert_intermediate_size", "intermediate_size", default=0)
                     or 0) if experts else 0

@@ -15,7 +15,8 @@ from typing import Optional
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
-from capdiag.vocabulary import attention_layers, element_size, kv_cell
+from capdiag.memory.kv import pool_cell
+from capdiag.vocabulary import element_size
 
 
 def _is_compressed_swa(cfg: dict) -> bool:
@@ -54,7 +55,7 @@ def theoretical(kb):
                       "kv-pool.theoretical", (model,) + ((dtype_d,) if dtype_d else ()))
         return
     premises = tuple(p for p in (model, dtype_d, kb.get("config", "tp_size")) if p is not None)
-    cell = kv_cell(cfg, elem, *_split(kb))
+    cell = pool_cell(cfg, elem, *_split(kb))
     if cell is None:
         yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
             "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"),
@@ -147,7 +148,7 @@ def _by_width(kb, unstated: str) -> Derived:
     why = ("DeepSeek-V4 compresses KV: no per-token cell" if _is_compressed_swa(cfg) else
            "DSA's cell holds fp8 scales and an indexer row, not a whole number of elements"
            if cfg.get("kv_lora_rank") and cfg.get("index_head_dim") else None)
-    cells = {} if why else {w: kv_cell(cfg, w, *_split(kb)) for w in _BY_WIDTH}
+    cells = {} if why else {w: pool_cell(cfg, w, *_split(kb)) for w in _BY_WIDTH}
     if not why and None in cells.values():
         why = "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"
     if why:
@@ -195,8 +196,7 @@ def compare(kb):
     elif kb.get("breakdown", "draft_kv_cache") is not None:
         why = "a draft model's layers share the token budget"
     elif theory.detail.get("layers") and kb.first(F.ModelConfig, role=None) is not None and \
-            attention_layers(kb.first(F.ModelConfig, role=None).fields)[0] != \
-            kb.first(F.ModelConfig, role=None).fields["num_hidden_layers"]:
+            theory.detail["layers"] != kb.first(F.ModelConfig, role=None).fields["num_hidden_layers"]:
         why = "the model is hybrid: the figure counts full-attention layers only, the log's pool may hold more"
     else:
         why = "unexplained: check the KV dtype, the TP/DP attention split and the layer count"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Parts, rule
-from capdiag.rules.derive.weights_theory import _experts
+from capdiag.memory.shape import experts_of
 
 
 @rule("moe-expert-buffers", code="CD122", severity="info",
@@ -22,7 +22,7 @@ def moe_expert_buffers(kb):
     buffers (SGLang reserves extra memory for them in its default fraction).
     """
     model = kb.first(F.ModelConfig, role=None)
-    experts = _experts(model.fields) if model is not None else 0
+    experts = experts_of(model.fields) if model is not None else 0
     lines = kb.of(F.DeviceName, role=None)
     if not experts and not lines:
         return

@@ -1,12 +1,13 @@
-"""What-if projections: the start-up re-sized under changed settings, by each framework's own
-sizing formula — not a proportional guess. What the inputs cannot support is listed as not
-projected, with the reason.
+"""What-if projections: the start-up re-sized under changed settings, through the memory model
+`plan` runs forwards (capdiag.memory) — not a proportional guess. What the inputs cannot support
+is listed as not projected, with the reason.
 
 SGLang: rest = free after weights − free before weights × (1 − mem_fraction_static) (both the
-minimum over ranks); tokens = (rest − fixed state) / bytes per token, rounded down to the page.
+minimum over ranks); the pools split rest as SGLang does (a hybrid model's Mamba state slots
+first, at the log's state a request), tokens rounded down to the page.
 vLLM: the KV budget moves with total × gpu_memory_utilization, everything else in the budget
-(weights, activation peak, non-torch, graph estimate) staying as measured; tokens = KV bytes /
-bytes per token.
+(weights, activation peak, non-torch, graph estimate) staying as measured; blocks and tokens as
+the release counts them.
 
 A projection concludes `what_if` with the conclusions the changes replace (`detail["pins"]`):
 the changed settings and the projected pool. The counterfactual run (counterfactual.py) pins
@@ -14,15 +15,17 @@ them and re-runs every rule, so the findings that would appear or go away are th
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
+from capdiag.memory import sglang as sg, vllm as vl
+from capdiag.memory.kv import Cell, State
 from capdiag.rules._common import gib, is_vllm
 from capdiag.rules.derive.concurrency import limits
 from capdiag.rules.derive.kv_theory import model_dtype
-from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, GIB, element_size, kv_cell
+from capdiag.memory.kv import pool_cell
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, GIB, element_size
 
 _FRAMEWORK_KEYS = {"sglang": ("mem_fraction_static", "max_running_requests", "context_len"),
                    "vllm": ("gpu_memory_utilization", "max_num_seqs", "max_model_len")}
@@ -107,7 +110,7 @@ def _tp_change(kb, p: _Projection, cell: float) -> tuple[float, float]:
         p.refuse("tp_size", "needs --config-json, the current tp_size and measured weights")
         return 0.0, cell
     if theory.detail.get("attention") == "mha":  # the heads on a rank change; layers and element size do not
-        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * kv_cell(model.fields, 1, new_tp).kv_heads_per_rank
+        new_cell = theory.value / theory.detail["kv_heads_per_rank"] * pool_cell(model.fields, 1, new_tp).kv_heads_per_rank
     else:
         new_cell = theory.value  # MLA: every rank holds the latent
     saved = weights.value - weights.value * tp / new_tp
@@ -137,6 +140,7 @@ def _pin_pool(p: _Projection, tokens: int, kv_gib: float, cell: float, per_token
 @rule("what-if.sglang", frameworks=("sglang",),
       reads=(F.WhatIf, F.Options, F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.DSV4MemoryCalculation,
              F.MambaCacheAllocated, F.ModelConfig, F.VllmEngineConfig, F.TokenBudget, "breakdown:free",
+             "breakdown:mamba_state?",
              "breakdown:kv_cache", "breakdown:weights", "config:context_len", "config:max_model_len?",
              "config:max_running_requests", "config:mem_fraction_static", "config:page_size", "config:tp_size",
              "config:dp_size", "kv_pool:bytes_per_token", "kv_pool:dtype", "kv_pool:tokens",
@@ -147,9 +151,10 @@ def sglang(kb):
     the conclusions the changes replace, which the counterfactual run pins.
 
     How: it projects mem_fraction_static, kv_cache_dtype, page_size, tp_size (with config.json),
-    max_running_requests, context_len. KV pool bytes, token capacity (page-aligned), the concurrency
-    table and the free memory after capture follow from SGLang's formula; CUDA graphs and everything
-    else stay as measured. Hybrid Mamba models (a second, separately sized pool) are not projected.
+    max_running_requests, context_len. KV pool bytes, token capacity (page-aligned), the Mamba state
+    slots of a hybrid model and the request limit they set, the concurrency table and the free
+    memory after capture follow from SGLang's formula (capdiag.memory.sglang, the one `plan` runs);
+    CUDA graphs and everything else stay as measured.
 
     Example: `--what-if mem_fraction_static=0.95` on the bundled example: rest = 63.44 − 78.43 × (1
     − 0.95) = 59.5185 GiB, 487,519 tokens, 3.16 GiB free after capture."""
@@ -175,8 +180,6 @@ def sglang(kb):
                                     ("mem_fraction_static", fraction.value if fraction and fraction.known else None),
                                     ("the pool's bytes per token", per_token.value if per_token and per_token.known
                                      else None)) if v is None]
-    if kb.first(F.MambaCacheAllocated, role=None) is not None:
-        missing.append("a projection of the Mamba state pool (hybrid model)")
     if missing:
         yield p.refuse_all(missing, premises)
         return
@@ -192,24 +195,34 @@ def sglang(kb):
     saved, cell = _tp_change(kb, p, cell)
     page = p.changes.get("page_size", kb.value("config", "page_size") or 1)
     fixed = sum(dsv4.fixed_gib.values()) if dsv4 is not None else 0.0
-    rest = after + saved - pre * (1 - f_new)
+    rest = sg.rest_gib(pre, after + saved, f_new)
     p.note(f"rest = free after weights {after}{f' + {saved:.2f} saved' if saved else ''} − free before weights "
            f"{pre} × (1 − {f_new}) = {rest:.4f} GiB")
+    state = _log_state(kb)
     if rest - fixed <= 0:
         p.note("rest ≤ 0: SGLang would refuse to start (Not enough memory; raise the fraction)")
-        new_tokens = 0
+        new_tokens, slots = 0, None
     else:
-        new_tokens = math.floor((rest - fixed) * GIB / cell) // page * page
-        p.note(f"tokens = ⌊({rest:.4f}{f' − fixed {fixed}' if fixed else ''}) GiB × 2^30 / {cell:.2f} B⌋ rounded "
-               f"down to page {page} = {new_tokens}")
+        pool = sg.pool(rest - fixed, [log_cell(cell)], page, state)
+        new_tokens, slots = pool.tokens, pool.state_slots
+        for line in pool.lines[1:]:
+            p.note(line)
+        if state is not None:
+            p.values["mamba_slots"] = slots
+            p.values["request_cap"] = pool.request_cap
+            p.pin("breakdown", "mamba_state", gib(pool.state_gib), "projected Mamba state", {"status": "projected"})
     kv_now = kb.get("breakdown", "kv_cache")
     kv_new = gib(new_tokens * cell / GIB)
+    state_now = kb.get("breakdown", "mamba_state")
+    state_change = (p.pins[("breakdown", "mamba_state")][0] - state_now.value
+                    if ("breakdown", "mamba_state") in p.pins and state_now is not None and state_now.known else 0.0)
     p.values.update({"kv_cache_gib": kv_new, "max_total_num_tokens": new_tokens,
                      "tokens_before": tokens.value if tokens is not None and tokens.known else None})
     free_after = None
     if free_row is not None and free_row.known and kv_now is not None and kv_now.known:
-        free_after = gib(free_row.value - (kv_new - kv_now.value) + saved)
-        p.note(f"free after capture = {free_row.value} − (KV {kv_new} − {kv_now.value}){f' + {saved:.2f}' if saved else ''}"
+        free_after = gib(free_row.value - (kv_new - kv_now.value) - state_change + saved)
+        p.note(f"free after capture = {free_row.value} − (KV {kv_new} − {kv_now.value})"
+               f"{f' − Mamba state change {state_change:.2f}' if state_change else ''}{f' + {saved:.2f}' if saved else ''}"
                f" = {free_after} GiB (graphs unchanged)")
     p.values["free_after_capture_gib"] = free_after
     p.pin_settings({"mem_fraction_static": "mem_fraction_static", "page_size": "page_size", "tp_size": "tp_size",
@@ -226,12 +239,31 @@ def sglang(kb):
     yield _conclude(p, premises)
 
 
+def log_cell(bytes_per_token: float) -> Cell:
+    """The pool's cell as the log implies it (its bytes per token), for the memory model."""
+    return Cell("full", 1, bytes_per_token, 0, 1, None, f"{bytes_per_token:,.0f} B a token (the log's)")
+
+
+def _log_state(kb) -> Optional[State]:
+    """One request's Mamba state as the log sized it: the state pool's GiB over its slots + 1."""
+    mamba = kb.first(F.MambaCacheAllocated, role=None)
+    if mamba is None or not mamba.max_cache_size or mamba.conv_gib is None or mamba.ssm_gib is None:
+        return None
+    slots = mamba.max_cache_size + 1
+    return State(1, mamba.conv_gib * GIB / slots, mamba.ssm_gib * GIB / slots,
+                 f"({mamba.conv_gib} + {mamba.ssm_gib}) GiB / {slots} slots (the log's)")
+
+
 def _pin_concurrency(kb, p: _Projection, pool: int):
     """SGLang's concurrency rows read the `max_total_num_tokens` line itself, so the projection
-    sizes them, with the rule's own arithmetic, from the projected pool and request limit."""
+    sizes them, with the rule's own arithmetic, from the projected pool and request limit — the
+    Mamba state slots' cap included."""
     options = kb.first(F.Options, role=None)
     budget = kb.first(F.TokenBudget, role=None)
     limit = p.changes.get("max_running_requests", budget.max_running_requests if budget is not None else None)
+    cap = p.values.get("request_cap")
+    if cap is not None and (limit is None or cap < limit):
+        limit = cap
     for length in (options.token_lengths if options else DEFAULT_TOKEN_LENGTHS):
         value, formula, detail = limits(pool, limit, length, kb.value("config", "dp_size"))
         p.pin("concurrency", length, value, f"{formula} (projected)", detail)
@@ -241,7 +273,8 @@ def _pin_concurrency(kb, p: _Projection, pool: int):
       reads=(F.WhatIf, F.Options, F.ModelConfig, F.LoadWeightEnd, F.VllmEngineConfig, "gpu:total_gib",
              "config:gpu_memory_utilization", "breakdown:kv_cache", "breakdown:weights", "kv_pool:bytes_per_token",
              "kv_pool:dtype", "kv_pool:theoretical_bytes_per_token", "config:block_size",
-             "config:max_running_requests", "config:max_model_len", "config:context_len?", "config:tp_size"),
+             "config:max_running_requests", "config:max_model_len", "config:context_len?", "config:tp_size",
+             "config:framework_version?"),
       concludes=("what_if",))
 def vllm(kb):
     """What it concludes: `what_if`: the vLLM start-up re-sized under the `--what-if` changes, and the
@@ -279,9 +312,10 @@ def vllm(kb):
     p.note(f"KV = {kv.value} + total {total.value} × ({u_new} − {util.value}){f' + {saved:.2f} saved' if saved else ''}"
            f" = {kv_new:.2f} GiB")
     block = kb.value("config", "block_size")
-    new_tokens = max(0, math.floor(kv_new * GIB / cell))
-    if isinstance(block, int):
-        new_tokens = new_tokens // block * block
+    context = p.changes.get("max_model_len", kb.value("config", "max_model_len"))
+    pool = vl.pool(max(kv_new, 0.0), [log_cell(cell)], vl.release(kb.value("config", "framework_version")),
+                   context if isinstance(context, int) else None, block_size=block if isinstance(block, int) else 1)
+    new_tokens = pool.tokens
     p.note(f"tokens = ⌊{kv_new:.2f} GiB × 2^30 / {cell:.0f} B⌋{f' in blocks of {block}' if isinstance(block, int) else ''}"
            f" = {new_tokens}")
     if kv_new <= 0:
