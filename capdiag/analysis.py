@@ -1,7 +1,7 @@
 """The pipeline: source → facts → launches → engine. The CLI calls this and renders the result."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 
@@ -16,7 +16,7 @@ from capdiag.gpus import gpu_input_facts
 from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.rules import rules_for
-from capdiag.rules.what_if import counterfactual
+from capdiag.rules.what_if import counterfactual, remedies
 from capdiag.source import (LiveStream, LogInput, candidate_runs, log_name, open_log, physical_runs, reads_ahead,
                             scanned_runs)
 from capdiag.traffic import TrafficAggregator
@@ -32,6 +32,9 @@ class Analysis:
     knowledge: Knowledge
     firings: tuple[Firing, ...]
     lines_read: int
+    # each finding's proven changes, by rule (rules/what_if/remedies.py); kept beside the
+    # knowledge, whose conclusions are exactly the rules' firings
+    remedies: Any = None
 
 
 @frozen
@@ -184,16 +187,18 @@ def _analyse_reading(name: str, reading: Reading, *, launch: Optional[int] = Non
     names = [(f.name, "nvidia-smi name") for f in inputs if isinstance(f, F.SmiGpu) and f.name]
     names += [(f.name.replace("_", " "), "MoE kernel-config device_name") for f in chosen.facts
               if isinstance(f, F.DeviceName)]
-    inputs.extend(gpu_input_facts(gpu, gpu_total_gib, names))
+    capabilities = [(f.text, f"line {f.evidence.line}") for f in chosen.facts if isinstance(f, F.ComputeCapability)]
+    inputs.extend(gpu_input_facts(gpu, gpu_total_gib, names, capabilities))
     inputs.extend(x for x in (policy, what_if) if x is not None)
     kb = Knowledge(chosen.facts + tuple(inputs))
     rules = rules_for(framework)
     firings = run(rules, kb)
     if what_if is not None:
         counterfactual.compare(kb, rules)
+    proven = remedies.propose(kb, rules) if what_if is None else {}  # advice is proven on the start-up itself
     if target_rank is not None and not kb.get("target_rank").known:
         raise InputError(f"--target-rank {target_rank}: {kb.get('target_rank').value.reason}")
-    return Analysis(name, framework, reading.outlines, chosen, kb, tuple(firings), reading.lines)
+    return Analysis(name, framework, reading.outlines, chosen, kb, tuple(firings), reading.lines, proven)
 
 
 def _options_text(target_rank, token_lengths) -> str:

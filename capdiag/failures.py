@@ -172,7 +172,7 @@ def _compiled(pattern: str) -> re.Pattern:
 
 
 def classify(r: Raised) -> Optional[Cause]:
-    """The first catalogue wording an exception matches (by its text, or by its frames' files)."""
+    """The first catalogue wording an exception matches (by its text, its frames' files, or both)."""
     return _classified(r.text, "\n".join(f.path for f in r.frames))
 
 
@@ -181,9 +181,10 @@ def classify(r: Raised) -> Optional[Cause]:
 @lru_cache(maxsize=1024)
 def _classified(text: str, paths: str) -> Optional[Cause]:
     for cause in catalogue()[0]:
-        w = cause.wording
-        if ("pattern" in w and _compiled(w["pattern"]).search(text)) or \
-                ("frames" in w and paths and _compiled(w["frames"]).search(paths)):
+        w = cause.wording  # every test a wording gives must hold: its text pattern, its frames' files
+        if ("pattern" in w or "frames" in w) \
+                and ("pattern" not in w or _compiled(w["pattern"]).search(text)) \
+                and ("frames" not in w or paths and _compiled(w["frames"]).search(paths)):
             return cause
     return None
 

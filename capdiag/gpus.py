@@ -79,9 +79,17 @@ def spec_fact(entry: dict[str, Any], matched_by: str) -> F.GpuSpec:
                      notes=entry.get("notes"))
 
 
-def gpu_input_facts(alias: Optional[str], total_gib: Optional[float], names: Iterable[tuple[str, str]]) -> list[F.Fact]:
-    """Input facts for the GPU: the stated total, the entry `--gpu` names, and the entries each
-    name seen in the inputs matches (`names` holds (name, where it was seen))."""
+def match_capability(capability: str) -> list[dict[str, Any]]:
+    """Entries of this compute capability (`12.1`); a capability names a GPU only when one
+    entry has it (9.0 is a dozen Hopper SKUs; 12.1 is GB10 alone)."""
+    return [e for e in gpu_specs() if e.get("compute_capability") == capability]
+
+
+def gpu_input_facts(alias: Optional[str], total_gib: Optional[float], names: Iterable[tuple[str, str]],
+                    capabilities: Iterable[tuple[str, str]] = ()) -> list[F.Fact]:
+    """Input facts for the GPU: the stated total, the entry `--gpu` names, the entries each
+    name seen in the inputs matches (`names` holds (name, where it was seen)), and — where no
+    name does — the one entry a stated compute capability belongs to."""
     out: list[F.Fact] = []
     if total_gib is not None:
         if not 0 < total_gib <= MAX_GIB:  # also refuses nan
@@ -96,4 +104,10 @@ def gpu_input_facts(alias: Optional[str], total_gib: Optional[float], names: Ite
             if (entry["alias"], name) not in seen:
                 seen.add((entry["alias"], name))
                 out.append(spec_fact(entry, f"{where} {name!r}"))
+    if not any(isinstance(f, F.GpuSpec) for f in out):
+        for capability, where in dict(capabilities).items():
+            found = match_capability(capability)
+            if len(found) == 1:
+                out.append(spec_fact(found[0], f"compute capability {capability} ({where})"))
+                break
     return out

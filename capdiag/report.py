@@ -183,9 +183,15 @@ def build(a: Analysis) -> dict[str, Any]:
     findings = []
     for d in sorted((d for d in kb.topic("finding") if isinstance(d, Finding)),
                     key=lambda d: (SEVERITY_ORDER[d.severity], d.rule)):
+        proven = (a.remedies or {}).get(d.rule)
+        # a finding the catalogue has changes for says the one its projection proved, or why none works
+        action = (proven["remedies"][0]["text"] if proven and proven["remedies"] else
+                  proven["no_remedy"] if proven and proven["no_remedy"] else d.action)
         findings.append({"rule": d.rule, "name": d.rule, "code": _rule_code(d.rule), "severity": d.severity,
                          "key": d.key[1] if isinstance(d.key, tuple) else None,
-                         "title": d.title, "message": d.message, "action": d.action,
+                         "title": d.title, "message": d.message, "action": action,
+                         "remedies": proven["remedies"] if proven else [],
+                         "no_remedy": proven["no_remedy"] if proven else None,
                          "rank": _label_of(target, tagged) if target is not None else None,
                          "main_evidence": main_evidence(d), "evidence": evidence(d), "because": because(d, tagged),
                          "detail": d.detail})

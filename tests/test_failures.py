@@ -33,22 +33,38 @@ def case_params():
 def test_failure_case_names_its_root_cause(path: Path):
     line, cause, phase, rank = EXPECT.match(path.read_text(encoding="utf-8").splitlines()[0]).groups()
     rep = corpus_report(str(path))
-    f = finding(rep, "startup-failed")
+    f = failure_finding(rep)
     assert f is not None, [x["rule"] for x in rep["findings"]]
     assert f["detail"]["line"] == int(line) and f["main_evidence"]["line"] == int(line)
     assert f["detail"]["cause"] == cause
-    assert f["detail"]["phase"] == (None if phase == "-" else phase)
+    assert f["detail"].get("failure_phase", f["detail"].get("phase")) == (None if phase == "-" else phase)
     assert f["detail"]["rank"] == (None if rank == "-" else rank)
     assert rep["source"]["all_launches"][-1]["failure"]["line"] == int(line)
     assert rep["findings"][0]["rule"] in ("startup-failed", "out-of-memory", "utilization-too-high")
     assert finding(rep, "startup-incomplete") is None
 
 
+def failure_finding(rep):
+    """The one finding that names a failed start-up: startup-failed, or — where the log's figures
+    say more — the out-of-memory or utilization finding, which then carries the root cause."""
+    return next((f for f in rep["findings"] if f["rule"] == "startup-failed" or
+                 f["rule"] in ("out-of-memory", "utilization-too-high") and "cause" in f["detail"]), None)
+
+
+def test_a_failure_is_one_finding():
+    """An out-of-memory start-up is the out-of-memory finding alone, with the root cause's line."""
+    rep = corpus_report(str(CASES / "oom-sampler.log"))
+    rules = [f["rule"] for f in rep["findings"] if f["severity"] == "error"]
+    assert rules == ["out-of-memory"], rules
+    assert rep["findings"][0]["main_evidence"]["line"] == rep["findings"][0]["detail"]["line"]
+
+
 def test_every_cause_of_the_catalogue_has_a_case_or_a_corpus_log():
     """Each named cause is exercised by a case file, a rule case or a corpus log."""
     covered = {EXPECT.match(p.read_text(encoding="utf-8").splitlines()[0]).group(2) for p in CASES.glob("*.log")}
     covered |= {"kv-cache-no-room", "kv-cache-below-max-model-len", "cuda-kernel-fault", "no-kernel-image",
-                "moe-kernel-config-incomplete"}  # rule cases and corpus logs (tests below)
+                "moe-kernel-config-incomplete",  # rule cases and corpus logs (tests below)
+                "moe-experts-unquantized", "peer-closed", "weights-do-not-split"}  # corpus sglang/501, 516, 515
     causes = {c.name for c in catalogue()[0] if c.role == "cause"}
     missing = causes - covered
     assert missing <= {"model-not-found", "hub-unreachable"}, missing
@@ -64,7 +80,7 @@ def _raised(text: str) -> Raised:
 
 
 @pytest.mark.parametrize("cause", [pytest.param(c, id=f"{c.name}:{c.wording['who']}") for c in catalogue()[0]
-                                   if "pattern" in c.wording])
+                                   if "pattern" in c.wording and "frames" not in c.wording])
 def test_each_wording_example_is_named_by_its_own_cause(cause):
     """The catalogue's order matters (the first match names the cause): every wording's example
     must be named by the entry it belongs to, not an earlier one."""
@@ -76,6 +92,19 @@ def test_each_wording_example_is_named_by_its_own_cause(cause):
         r = Raised(r.exception, details=(F.ValidationDetail(evidence=F.Evidence(2, example),
                                                             message=example[len("Value error, "):]),))
     assert classify(r) is not None and classify(r).name == cause.name, (example, classify(r))
+
+
+def test_a_wording_with_text_and_frames_needs_both():
+    """The OOM of MoE experts built unquantized is an OOM whose frames run through unquant.py."""
+    text = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 384.00 MiB."
+    frame = F.TracebackFrame(evidence=F.Evidence(2, "frame"), path="/sglang/srt/layers/quantization/unquant.py",
+                             lineno=219, function="create_weights")
+    other = F.TracebackFrame(evidence=F.Evidence(2, "frame"), path="/sglang/srt/model_executor/model_runner.py",
+                             lineno=1, function="load_model")
+    bare = _raised(text)
+    assert classify(Raised(bare.exception, (frame,))).name == "moe-experts-unquantized"
+    assert classify(Raised(bare.exception, (other,))).name == "cuda-out-of-memory"
+    assert classify(bare).name == "cuda-out-of-memory"
 
 
 def _facts(lines: list[str]) -> list[F.Fact]:
@@ -210,7 +239,7 @@ def test_corpus_crash_names_a_root_cause_that_is_no_consequence(log: Path):
     if crashed(rep):
         analysed = rep["source"]["all_launches"][rep["source"]["analyzed_launch"] - 1]
         assert analysed["failure"] is not None, f"{log.name}: crashed, root cause not named"
-        f = finding(rep, "startup-failed")
+        f = failure_finding(rep)
         assert f is not None and f["detail"]["line"] == analysed["failure"]["line"]
 
 

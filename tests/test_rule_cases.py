@@ -310,7 +310,8 @@ def test_corpus_crash_is_reported(log: Path):
         pytest.skip("the start-up did not crash")
     rep = corpus_report(log)
     names = {f["name"] for f in rep["findings"]}
-    assert names & {"startup-failed", "startup-incomplete", "out-of-memory"}, \
+    # one failure, one finding: startup-failed, or the figured finding that names the same cause
+    assert names & {"startup-failed", "startup-incomplete", "out-of-memory", "utilization-too-high"}, \
         f"{log.name}: crashed, but findings are {summary(rep)}"
 
 

@@ -395,7 +395,8 @@ def test_oom_before_the_pool_says_raise():
     rep = report("oom_weights.log")
     f = finding(rep, "out-of-memory")
     assert (f["code"], f["severity"]) == ("CD102", "error")
-    assert f["detail"] == {"direction": "raise", "phase": "weights", "suggested": None}
+    assert f["detail"] == {"direction": "raise", "phase": "weights", "suggested": None,
+                           "cause": "cuda-out-of-memory", "line": 6, "rank": None, "failure_phase": None}
     # the weights take 0.953 of the free memory: no fraction leaves a pool, so none is suggested
     assert f["action"].startswith("No mem_fraction_static helps: weights (free before 23.2 − after 1.1) = 22.1 GiB")
     assert 6 in [e["line"] for e in f["evidence"]]
@@ -412,7 +413,8 @@ def test_not_enough_memory_says_raise():
 def test_oom_during_capture_says_lower():
     rep = report("oom_capture.log")
     f = finding(rep, "out-of-memory")
-    assert f["detail"] == {"direction": "lower", "phase": "graph_capture", "suggested": None}  # fraction unstated
+    assert f["detail"] == {"direction": "lower", "phase": "graph_capture", "suggested": None,  # fraction unstated
+                           "cause": "cuda-out-of-memory", "line": 12, "rank": "TP0", "failure_phase": None}
     assert f["action"].startswith("Lower --mem-fraction-static")
     # the untagged PyTorch message names GPU 0: it is TP0's
     assert rep["observed"]["oom_tried_to_allocate_mib"] == 384.0

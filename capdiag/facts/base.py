@@ -182,6 +182,21 @@ class DeviceName(Fact):
 
 
 @frozen_fact
+class ComputeCapability(Fact):
+    """The GPU's compute capability as a line states it: vLLM's `SymmMemCommunicator: Device
+    capability 8.0 not supported`, SGLang's FlashInfer autotune cache path `…/autotune/0.6.18/sm121/…`."""
+
+    # the autotune path holds "sglang", already an anchor of the prefilter (at most 64: source.py)
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Device capability", "sglang/flashinfer/autotune")
+    major: int
+    minor: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+@frozen_fact
 class UnreadLine(Fact):
     """A line of a known kind that could not become a fact (a number out of range, a value
     nested too deep, …): skipped, and named in the report with the reason."""

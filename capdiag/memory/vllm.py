@@ -163,9 +163,11 @@ def pool(available: float, cells: Sequence[Cell], version: tuple[int, int], max_
     group = min(layers for _, layers, _, _ in kinds)
     groups = []  # (kind, tokens a block, window)
     for kind, layers, per, window in kinds:
-        tokens_a_block = block if kind == "mamba" else max(block, int(page // per))
+        tokens_a_block = block if kind == "mamba" or per <= 0 else max(block, int(page // per))
         groups += [(kind, tokens_a_block, window)] * math.ceil(layers / group)
     per_block = group * page
+    if per_block <= 0 or not max_model_len and max_model_len is not None:
+        return Pool(0, block, len(groups), 0, None, 0.0, tuple(lines + ["no KV bytes a token: no blocks"]))
     blocks = max(0, int(available * GIB // per_block))
     lines.append(f"{len(groups)} KV-cache group(s) of {group} layers; a block is {group} × {page:,.0f} B page = "
                  f"{per_block / (1 << 20):.2f} MiB; {available:.2f} GiB → {blocks:,} blocks")

@@ -244,3 +244,30 @@ def model_dtype_bytes(cfg: dict, weight_dtype: Optional[str]) -> tuple[float, st
         return 2.0, f"config.json dtype {stated}"
     return 2.0, (f"config.json dtype {stated}, served in 16 bits by dtype=auto" if stated else
                  "config.json names no dtype: dtype=auto serves it in 16 bits")
+
+
+_NAMED = re.compile(r"(?:^|[-_/ ])(\d+(?:\.\d+)?)[bB](?=$|[-_/ .])")
+
+
+def parameters_from_name(name: str) -> Optional[float]:
+    """The parameter count a model's name states (`Qwen3.5-122B-A10B` → 122e9; the active count
+    after `A` is not the total); None when the name states none."""
+    found = [float(m.group(1)) for m in _NAMED.finditer(str(name)) if not str(name)[:m.start(1)].endswith(("A", "a"))]
+    return found[0] * 1e9 if found else None
+
+
+def named_weight_gib(name: str, quantization: Optional[str], tp: int) -> Optional[tuple[float, str]]:
+    """(GiB a rank, how) estimated from the name's parameter count and the stated quantization:
+    16 bits, 1 B for fp8/int8, 4-bit formats at the AWQ layout — a floor, as embeddings and
+    unconverted layers are not counted apart."""
+    params = parameters_from_name(name)
+    if params is None:
+        return None
+    q = str(quantization or "").lower()
+    per, what = ((1.0, "8-bit") if "fp8" in q or "int8" in q or "w8" in q else
+                 (0.5 + 2.5 / 128, "4-bit") if any(k in q for k in ("awq", "gptq", "int4", "w4", "fp4", "mxfp4")) else
+                 (2.0, "16-bit") if q in ("", "none") else (None, q))
+    if per is None:
+        return None
+    gib = params * per / GIB / tp
+    return gib, f"{params / 1e9:g} B parameters (the model's name) × {per:.3g} B ({what}) ÷ TP {tp} = {gib:.1f} GiB"

@@ -80,3 +80,12 @@ def read_oom_message(tokens: Iterable[Token]) -> dict[str, Any]:
     if gpu is not None:
         values["gpu"] = int(str(gpu).split()[1])
     return values
+
+
+def capability(text: str) -> dict[str, int]:
+    """A compute capability as `8.0`, or as the `sm` digits a path carries (`121` is 12.1, `90`
+    is 9.0: the last digit is the minor version)."""
+    if "." in text:
+        major, minor = text.split(".", 1)
+        return {"major": int(major), "minor": int(minor)}
+    return {"major": int(text[:-1]), "minor": int(text[-1])}

@@ -18,7 +18,7 @@ from capdiag.frozen import frozen
 from capdiag.parsing.bounds import OutOfRange
 from capdiag.parsing.literal import MAX_DIGITS, parse_call_or_dict
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
-from capdiag.parsing.prose import read_oom_message
+from capdiag.parsing.prose import capability, read_oom_message
 from capdiag.parsing.lalr import lalr_parser
 from capdiag.parsing.process_tag import read_tag
 
@@ -254,6 +254,9 @@ class _Lines(Transformer):
 
     def moe_config(self, items):
         return (F.DeviceName, {"name": str(items[1])})
+
+    def compute_capability(self, items):
+        return (F.ComputeCapability, capability(str(items[1])))
 
     def kernel_cache(self, _):
         return (F.KernelCacheNote, {})

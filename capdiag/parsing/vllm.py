@@ -11,7 +11,7 @@ from lark.exceptions import LarkError
 
 from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict, parse_literal
-from capdiag.parsing.prose import (convert, name_numbers, named_quantities, numbers_after, read_oom_message,
+from capdiag.parsing.prose import (capability, convert, name_numbers, named_quantities, numbers_after, read_oom_message,
                                    split_quantity)
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.lalr import lalr_parser
@@ -254,6 +254,9 @@ class _Lines(Transformer):
 
     def moe_config(self, items):
         return (F.DeviceName, {"name": str(items[1])})
+
+    def compute_capability(self, items):
+        return (F.ComputeCapability, capability(str(items[1])))
 
     def hybrid_block_size(self, items):
         return (F.VllmHybridBlockSize, {"block_size": int(items[0])})

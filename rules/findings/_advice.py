@@ -17,6 +17,15 @@ from capdiag.rules._common import gib, target
 POOL_MIN_SHARE = 0.05
 
 
+def failed(failure, causes: tuple[str, ...]) -> dict:
+    """The root cause a figured finding names for the start-up (its line, cause, phase, rank), so
+    that one finding says the failure: startup-failed steps aside for it."""
+    if failure is None or failure.value not in causes:
+        return {}
+    v = failure.detail
+    return {"cause": v["name"], "line": v["line"], "rank": v["rank"], "failure_phase": v["phase"]}
+
+
 def round_down(x: float) -> float:
     """A fraction rounded down to the hundredth, so that it is no more than x."""
     return math.floor(x * 100 + 1e-9) / 100

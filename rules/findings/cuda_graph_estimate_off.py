@@ -5,13 +5,15 @@ from capdiag.engine import Parts, rule
 from capdiag.rules._common import line_ref
 
 
-@rule("cuda-graph-estimate-off", code="CD117", severity="warning", thresholds={"max_error_percent": 30.0},
+@rule("cuda-graph-estimate-off", code="CD117", severity="warning",
+      thresholds={"max_error_percent": 30.0, "min_difference_gib": 0.5},
       frameworks=("vllm",),
       reads=(F.VllmGraphPool, F.VllmGraphCapture))
 def cuda_graph_estimate_off(kb, t):
     """What it checks: vLLM's pre-capture estimate of CUDA-graph memory differs from the actual
     figure by more than `max_error_percent` % (`CUDA graph pool memory: A (actual), E
-    (estimated)`), or the capture line prints a negative figure.
+    (estimated)`), or the capture line prints a negative figure. A difference under
+    `min_difference_gib` is information only: a percentage of a small pool is noise.
 
     Why it matters: from 0.20 vLLM reserves the *estimate* inside the KV budget. An estimate
     far below the actual leaves the GPU tighter than planned (run-time OOM risk); far above it
@@ -38,7 +40,9 @@ def cuda_graph_estimate_off(kb, t):
                         action="Adjust --gpu-memory-utilization by the difference / total (raise it when the "
                                "estimate is high, lower it when low).",
                         detail={"error_percent": round(error, 1)},
-                        key="estimate")
+                        key="estimate",
+                        severity=None if abs(pool.estimated_gib - pool.actual_gib) >= t["min_difference_gib"]
+                        else "info")
             break
     negative = next((g for g in kb.of(F.VllmGraphCapture) if g.gib is not None and g.gib < 0), None)
     if negative is not None:

@@ -17,8 +17,15 @@ def _deepgemm_evidence(kb):
     return lines, block_fp8, deepseek, weights, model
 
 
+# DeepGEMM's kernels are built for Hopper (sm90) and datacenter Blackwell (sm100/sm103) only
+DEEPGEMM_MAJORS = (9, 10)
+
+
 def _nvidia_or_unknown(kb) -> bool:
-    """DeepGEMM is CUDA-only: not on a GPU the inputs name as AMD, or on NPU/CPU graphs."""
+    """DeepGEMM is CUDA-only and Hopper/Blackwell-datacenter-only: not on a GPU the inputs name as
+    AMD, on a compute capability it has no kernels for, or on NPU/CPU graphs."""
+    if any(c.major not in DEEPGEMM_MAJORS for c in kb.of(F.ComputeCapability, role=None)):
+        return False
     names = [f.name for f in kb.of(F.DeviceName, F.SmiGpu, role=None) if f.name]
     ident = kb.get("gpu", "identity")
     if ident is not None and ident.known and ident.value["alias"].startswith(("mi", "gaudi")):
@@ -30,7 +37,8 @@ def _nvidia_or_unknown(kb) -> bool:
 
 
 @rule("deepgemm-jit-suspected", code="CD107", severity="info",
-      reads=(F.DeepGEMMActivity, F.LoadWeightEnd, F.ModelConfig, F.DeviceName, F.SmiGpu, F.GraphCaptureBegin, F.GraphCaptureEnd, "gpu:identity", "breakdown:other"))
+      reads=(F.DeepGEMMActivity, F.LoadWeightEnd, F.ModelConfig, F.DeviceName, F.SmiGpu, F.GraphCaptureBegin,
+             F.GraphCaptureEnd, F.ComputeCapability, "gpu:identity", "breakdown:other"))
 def deepgemm_jit_suspected(kb):
     """What it checks: the model runs DeepGEMM kernels — the log shows DeepGEMM warm-up/JIT
     lines, config.json declares FP8 block quantization, or the model class is DeepSeek-style

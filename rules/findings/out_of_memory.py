@@ -3,12 +3,12 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Parts, rule
 from capdiag.rules._common import is_vllm, line_ref
-from capdiag.rules.findings._advice import advised
+from capdiag.rules.findings._advice import advised, failed
 
 # Lines that show the KV pool was sized: an out-of-memory error after one of these happened
 # in capture or serving, not in pool sizing.
 _POOL_SIZED = (F.MemoryPoolEnd, F.VllmKVCacheSize, F.VllmGpuBlocks, F.VllmAvailableKV)
-_MEMORY_CAUSES = ("cuda-out-of-memory", "kv-cache-no-room")
+_MEMORY_CAUSES = ("cuda-out-of-memory", "kv-cache-no-room", "moe-experts-unquantized")
 # The phase a traceback names (references/failure-causes.toml) → which way the fix goes.
 _TRACED = {"init": ("weights", "the process ran out before the KV pool, while setting up"),
            "weights": ("weights", "the weights themselves did not fit while loading"),
@@ -19,11 +19,23 @@ _TRACED = {"init": ("weights", "the process ran out before the KV pool, while se
            "sampler_warmup": ("sampler", "the sampler's warm-up with max_num_seqs dummy requests ran out")}
 
 
+def _weights_fix(kb, failure) -> str:
+    """What helps weights that did not fit: a named cause's own step (experts built unquantized),
+    else more GPUs, and quantized weights only where the checkpoint is not quantized already."""
+    if failure is not None and failure.value == "moe-experts-unquantized":
+        return failure.detail["next_step"]
+    quantization = kb.value("config", "quantization")
+    if quantization and str(quantization).lower() not in ("none", "null"):
+        return (f"the checkpoint is already quantized ({quantization}): add TP/PP or GPUs with more memory, or free "
+                "the GPU of other processes.")
+    return "add TP/PP, use quantized weights, or free the GPU of other processes."
+
+
 @rule("out-of-memory", code="CD102", severity="error",
       reads=(F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, F.LoadWeightBegin, F.LoadWeightEnd, F.VllmModelLoading,
              F.MemoryProfiling, F.VllmMemoryProfile, F.VllmArgs, F.Options, *_POOL_SIZED, "failure?",
              "config:mem_fraction_static?", "config:gpu_memory_utilization?", "gpu:total_gib?", "breakdown:weights?",
-             "breakdown:activation?", "breakdown:framework?", "target_rank?",
+             "breakdown:activation?", "breakdown:framework?", "target_rank?", "config:quantization?",
              F.Fact))  # the last phase line before the error, whatever its kind
 def out_of_memory(kb):
     """What it checks: a CUDA out-of-memory error; SGLang's "Not enough memory" or "Loaded
@@ -94,14 +106,16 @@ def out_of_memory(kb):
         "profile": f"Lower --max-num-batched-tokens{value}, --max-num-seqs or --max-model-len, or add GPUs: "
                    "gpu_memory_utilization applies only after profiling.",
         "sampler": f"Lower --max-num-seqs{value} (the sampler warms up with that many dummy requests), or lower {knob}.",
-        "weights": f"The static fraction does not bound weight loading, so changing {knob} cannot help: add TP/PP, "
-                   "use quantized weights, or free the GPU of other processes.",
+        "weights": f"The static fraction does not bound weight loading, so changing {knob} cannot help: "
+                   + _weights_fix(kb, failure),
     }[direction] + arithmetic
     # after the ready line it is the serving server that ran out, not its start-up
     when = "while serving, after start-up" if phase == "ready" else f"during start-up ({phase.replace('_', ' ')})"
     after = "the server was ready" if phase == "ready" else f"the {phase.replace('_', ' ')} phase"
-    yield Parts((*errors, before[-1] if before else None),
+    yield Parts((failure if failure is not None and failure.value in _MEMORY_CAUSES else None, *errors,
+                 before[-1] if before else None),
                 title=f"Out of memory {when}",
                 message=f"Out of memory after {after} ({line_ref(first)}): {why}.{detail}",
                 action=action,
-                detail={"direction": direction, "phase": phase, "suggested": suggested})
+                detail={"direction": direction, "phase": phase, "suggested": suggested,
+                        **failed(failure, _MEMORY_CAUSES)})

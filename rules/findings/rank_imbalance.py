@@ -38,12 +38,16 @@ def rank_imbalance(kb, t):
         if spread <= t["max_spread_gib"]:
             continue
         binding = low if "free" in what or "KV" in what else high
+        # stages hold different layers; TP ranks hold equal shards, so a TP rank that differs
+        # has something else on its GPU
+        staged = any(f.rank.pp not in (None, 0) for f in readings) or (kb.value("config", "pp_size") or 1) > 1
         yield Parts(readings,
                     title=f"Ranks differ by {spread} GiB in {what}",
                     message=f"{what} differs by {spread} GiB across ranks: {getattr(low, attr)} on {low.rank.label}, "
                             f"{getattr(high, attr)} on {high.rank.label}; {binding.rank.label} binds the pool.",
-                    action=f"Check what else holds memory on {binding.rank.label}'s GPU (nvidia-smi processes); "
-                           "rebalance pipeline stages.",
+                    action=f"Check what else holds memory on {binding.rank.label}'s GPU (nvidia-smi processes)"
+                           + ("; rebalance the pipeline stages' layers." if staged else
+                              ": the ranks hold equal shards, so the difference is another process or the GPU itself."),
                     detail={"reading": what, "spread_gib": spread, "binding_rank": binding.rank.label},
                     key=what)
     sizes = [kb.get("config", k) for k in ("tp_size", "pp_size", "dp_size")]

@@ -4,7 +4,7 @@ from capdiag.engine import Parts, rule
 
 # Causes whose next step needs the log's figures: their own finding computes it.
 _FIGURED = {"cuda-out-of-memory": "out-of-memory", "kv-cache-no-room": "out-of-memory",
-            "gpu-memory-held": "utilization-too-high"}
+            "moe-experts-unquantized": "out-of-memory", "gpu-memory-held": "utilization-too-high"}
 
 
 @rule("startup-failed", code="CD125", severity="error",
@@ -26,7 +26,9 @@ def startup_failed(kb):
 
     What to do: the next step of the named cause (references/failure-causes.toml holds every
     cause with each wording, by version). An exception the catalogue does not name is cited
-    with its innermost frame: likely a bug or an incompatibility of this release.
+    with its innermost frame: likely a bug or an incompatibility of this release. A failure that
+    a finding with the log's figures names (out of memory, utilization above what is free) is
+    that finding alone: one failure, one answer.
     """
     failure = kb.get("failure")
     if failure is None:
@@ -43,9 +45,9 @@ def startup_failed(kb):
                  f"{', '.join(str(n) for n in v['same_elsewhere'][:6])}).") + after
     specific = kb.get("finding", _FIGURED[v["name"]]) if v["name"] in _FIGURED else None
     weights = kb.get("finding", "weights-exceed-budget")
-    if specific is not None:
-        action = specific.action
-    elif weights is not None and v["name"] in ("kv-cache-no-room", None):
+    if specific is not None:  # one failure, one finding: the one with the figures says it
+        return
+    if weights is not None and v["name"] in ("kv-cache-no-room", None):
         action = weights.action
     elif v["next_step"]:
         action = v["next_step"]
@@ -55,8 +57,8 @@ def startup_failed(kb):
                   + ": it is no known configuration cause — likely a bug or an incompatibility of this release "
                     "with the model or GPU; search the framework's issues for the message.")
     title = v["title"] or f"Start-up failed: {v['text'].split(':')[0][:80]}"
-    # the figures behind the action come from the specific finding: its premises, not the finding
-    figures = tuple(p for d in (specific, weights) if d is not None for p in d.premises)
+    # the figures behind the action come from the weights finding: its premises, not the finding
+    figures = tuple(weights.premises) if weights is not None else ()
     yield Parts((failure,) + figures,
                 title=title,
                 message=f"Start-up failed{where}{who}. Root cause (line {v['line']}): {quoted}.{after}",

@@ -72,6 +72,14 @@ class _Projection:
         return _conclude(self, premises)
 
 
+# the changes that re-size the pool (and so need the log's memory readings to project)
+_POOL_KEYS = ("mem_fraction_static", "gpu_memory_utilization", "kv_cache_dtype", "tp_size", "page_size")
+
+
+def _resizes_pool(changes: dict[str, Any]) -> bool:
+    return any(k in changes for k in _POOL_KEYS)
+
+
 def _foreign_keys(p: _Projection, framework: str):
     other = "vllm" if framework == "sglang" else "sglang"
     for key in _FRAMEWORK_KEYS[other]:
@@ -124,7 +132,7 @@ def _tp_change(kb, p: _Projection, cell: float) -> tuple[float, float]:
 
 def _context(kb, p: _Projection, tokens: int, context_key: str):
     context = p.changes.get(context_key, kb.value("config", "max_model_len") or kb.value("config", "context_len"))
-    if isinstance(context, int):
+    if isinstance(context, int) and context > 0:
         p.values["full_context_requests"] = tokens // context
         p.note(f"context {context}: {tokens // context} full-length request(s) fit")
 
@@ -180,8 +188,16 @@ def sglang(kb):
                                     ("mem_fraction_static", fraction.value if fraction and fraction.known else None),
                                     ("the pool's bytes per token", per_token.value if per_token and per_token.known
                                      else None)) if v is None]
-    if missing:
+    if missing and _resizes_pool(p.changes):
         yield p.refuse_all(missing, premises)
+        return
+    if missing:  # only the request limit or the context: the pool stays as the log sized it
+        p.pin_settings({"max_running_requests": "max_running_requests", "context_len": "context_len"})
+        if tokens is not None and tokens.known:
+            if p.applied("max_running_requests"):
+                _pin_concurrency(kb, p, tokens.value)
+            _context(kb, p, tokens.value, "context_len")
+        yield _conclude(p, premises)
         return
     f_new = p.changes.get("mem_fraction_static", fraction.value)
     cell = float(per_token.value)
@@ -274,7 +290,7 @@ def _pin_concurrency(kb, p: _Projection, pool: int):
              "config:gpu_memory_utilization", "breakdown:kv_cache", "breakdown:weights", "kv_pool:bytes_per_token",
              "kv_pool:dtype", "kv_pool:theoretical_bytes_per_token", "config:block_size",
              "config:max_running_requests", "config:max_model_len", "config:context_len?", "config:tp_size",
-             "config:framework_version?"),
+             "config:framework_version?", "kv_pool:tokens?"),
       concludes=("what_if",))
 def vllm(kb):
     """What it concludes: `what_if`: the vLLM start-up re-sized under the `--what-if` changes, and the
@@ -297,20 +313,30 @@ def vllm(kb):
     kv = kb.get("breakdown", "kv_cache")
     per_token = kb.get("kv_pool", "bytes_per_token")
     premises = tuple(x for x in (request, total, util, kv, per_token) if x is not None)
-    missing = [name for name, d in (("the GPU total", total), ("gpu_memory_utilization", util),
-                                    ("the available KV memory", kv), ("the pool's bytes per token", per_token))
-               if d is None or not d.known]
-    if missing:
+    # the total only moves the budget when the utilization changes; a dtype or TP change re-sizes
+    # the pool the log printed
+    needed = ((("the GPU total", total), ("gpu_memory_utilization", util)) if "gpu_memory_utilization" in p.changes
+              else ()) + (("the available KV memory", kv), ("the pool's bytes per token", per_token))
+    missing = [name for name, d in needed if d is None or not d.known]
+    if missing and _resizes_pool(p.changes):
         yield p.refuse_all(missing, premises)
         return
-    u_new = p.changes.get("gpu_memory_utilization", util.value)
+    if missing:  # only the request limit or the context: the pool stays as the log sized it
+        p.pin_settings({"max_num_seqs": "max_running_requests", "max_model_len": "max_model_len"})
+        tokens = kb.get("kv_pool", "tokens")
+        if tokens is not None and tokens.known:
+            _context(kb, p, tokens.value, "max_model_len")
+        yield _conclude(p, premises)
+        return
+    moved = "gpu_memory_utilization" in p.changes
+    u_new = p.changes["gpu_memory_utilization"] if moved else util.value if util is not None and util.known else None
     cell = float(per_token.value)
     factor = _kv_dtype_factor(kb, p)
     cell *= factor or 1.0
     saved, cell = _tp_change(kb, p, cell)
-    kv_new = kv.value + total.value * (u_new - util.value) + saved
-    p.note(f"KV = {kv.value} + total {total.value} × ({u_new} − {util.value}){f' + {saved:.2f} saved' if saved else ''}"
-           f" = {kv_new:.2f} GiB")
+    kv_new = kv.value + (total.value * (u_new - util.value) if moved else 0.0) + saved
+    p.note((f"KV = {kv.value} + total {total.value} × ({u_new} − {util.value})" if moved else f"KV = {kv.value}")
+           + (f" + {saved:.2f} saved" if saved else "") + f" = {kv_new:.2f} GiB")
     block = kb.value("config", "block_size")
     context = p.changes.get("max_model_len", kb.value("config", "max_model_len"))
     pool = vl.pool(max(kv_new, 0.0), [log_cell(cell)], vl.release(kb.value("config", "framework_version")),
@@ -320,8 +346,9 @@ def vllm(kb):
            f" = {new_tokens}")
     if kv_new <= 0:
         p.note("KV ≤ 0: vLLM would refuse to start (No available memory for the cache blocks)")
-    free_after = gib(total.value * (1 - u_new))
-    p.note(f"outside the budget: total {total.value} × (1 − {u_new}) = {free_after} GiB")
+    free_after = gib(total.value * (1 - u_new)) if total is not None and total.known and u_new is not None else None
+    if free_after is not None:
+        p.note(f"outside the budget: total {total.value} × (1 − {u_new}) = {free_after} GiB")
     p.values.update({"kv_cache_gib": gib(kv_new), "kv_cache_tokens": new_tokens, "free_after_capture_gib": free_after})
     p.pin_settings({"gpu_memory_utilization": "gpu_memory_utilization", "tp_size": "tp_size",
                     "max_num_seqs": "max_running_requests", "max_model_len": "max_model_len"})
