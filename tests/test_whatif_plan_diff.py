@@ -139,7 +139,8 @@ def test_vllm_counterfactual_runs_both_ways():
     _, p, _ = counterfactual(fixture("vllm_v064_max_seq_len.log"), "gpu_memory_utilization=0.97")
     assert p["findings_appear"] == ["thin-headroom"] and p["free_after_capture_gib"] == 0.71
     _, p, then = counterfactual(fixture("vllm_v073_v0_tp1.log"), "kv_cache_dtype=fp8")
-    assert p["findings_disappear"] == ["fp8-kv-opportunity"] and p["kv_cache_tokens"] == 897536
+    # its pool already holds many full-length requests: no fp8 tip to clear, the tokens double all the same
+    assert p["findings_disappear"] == [] and p["kv_cache_tokens"] == 897536
     assert then.get("kv_pool", "dtype").value == "fp8"
 
 

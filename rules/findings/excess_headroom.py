@@ -10,11 +10,12 @@ from capdiag.vocabulary import GIB
 _FAILED = (F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, F.SchedulerException)
 
 
-@rule("excess-headroom", code="CD111", severity="info", thresholds={"max_free_gib": 8.0, "keep_gib": 3.0},
+@rule("excess-headroom", code="CD111", severity="info",
+      thresholds={"max_free_gib": 8.0, "keep_gib": 3.0, "keep_share": 0.15},
       reads=(F.LoadWeightBegin, F.MemoryProfiling, F.Options, *_FAILED, "breakdown:kv_cache?", "kv_pool:bytes_per_token?",
              "kv_pool:tokens?", "breakdown:budget?", "gpu:total_gib?", "config:gpu_memory_utilization?",
              "breakdown:free?", "config:mem_fraction_static?", "target_rank?", "failure?", "pool_cap?",
-             F.VllmStartupMemory))
+             F.VllmStartupMemory, "gpu:identity?"))
 def excess_headroom(kb, t):
     """What it checks: more than `max_free_gib` GiB is still free at the end of start-up.
 
@@ -29,9 +30,17 @@ def excess_headroom(kb, t):
     Never for a start-up that failed or ran out of memory, nor when a setting caps the pool
     (`pool-capped` says which), nor when the projection would reach a fraction of 1 or more.
 
-    What to do: raise the fraction to the suggested value, keeping `keep_gib` GiB free, and
-    check the new start-up's free memory.
+    Production guidance keeps 10–20% of a GPU free for activation spikes: memory up to
+    `keep_share` of the total is headroom, not waste, and only what lies beyond both that and
+    `max_free_gib` counts. Never on memory shared with the CPU (DGX Spark GB10), where what is
+    "free" belongs to the whole machine.
+
+    What to do: raise the fraction to the suggested value, keeping `keep_gib` GiB and
+    `keep_share` of the GPU free, and check the new start-up's free memory.
     """
+    ident = kb.get("gpu", "identity")
+    if ident is not None and ident.known and ident.value.get("shared_system_memory"):
+        return
     if kb.get("failure") is not None or kb.get("pool_cap") is not None or kb.of(*_FAILED, role=None) or \
             any(s.error for s in kb.of(F.VllmStartupMemory, role=None)):
         return
@@ -61,8 +70,10 @@ def excess_headroom(kb, t):
             return
         free, fraction, name, base = free_row.value, mfs.value, "mem_fraction_static", pre
         premises = (free_row, mfs, begin or profiling)
-    grow = free - t["keep_gib"]
-    if free <= t["max_free_gib"] or grow <= 0 or base <= 0:
+    total_d = kb.get("gpu", "total_gib")
+    keep = max(t["keep_gib"], t["keep_share"] * total_d.value if total_d is not None and total_d.known else 0.0)
+    grow = free - keep
+    if free <= t["max_free_gib"] or grow <= t["max_free_gib"] - t["keep_gib"] or base <= 0:
         return
     suggested = round(fraction + grow / base, 3)
     if not fraction < suggested < 1:
@@ -75,6 +86,6 @@ def excess_headroom(kb, t):
     yield Parts(premises + ((kv,) if kv is not None else ()),
                 title=f"{gib(free)} GiB left unused after start-up",
                 message=f"{gib(free)} GiB is still free after start-up; {name} {fraction} → {suggested} would grow "
-                        f"the KV pool by about {gib(grow)} GiB, keeping {t['keep_gib']} GiB free{projection}.",
+                        f"the KV pool by about {gib(grow)} GiB, keeping {gib(keep)} GiB free{projection}.",
                 action=f"Raise {name} to about {suggested} and check the next start-up's free memory.",
                 detail={"free_gib": gib(free), "suggested": suggested})

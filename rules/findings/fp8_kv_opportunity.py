@@ -6,10 +6,13 @@ from capdiag.rules._common import is_vllm
 from capdiag.vocabulary import element_size
 
 
-@rule("fp8-kv-opportunity", code="CD114", severity="info",
-      reads=("kv_pool:dtype", "kv_pool:tokens?", "kv_pool:theoretical_bytes_per_token?", "concurrency?", F.Options))
-def fp8_kv_opportunity(kb):
-    """What it checks: the KV cache is stored in a 16-bit type (bf16/fp16).
+@rule("fp8-kv-opportunity", code="CD114", severity="info", thresholds={"max_full_requests": 4},
+      reads=("kv_pool:dtype", "kv_pool:tokens?", "kv_pool:theoretical_bytes_per_token?", "concurrency?", F.Options,
+             "config:max_model_len?", "config:context_len?"))
+def fp8_kv_opportunity(kb, t):
+    """What it checks: the KV cache is stored in a 16-bit type (bf16/fp16) and capacity is what
+    binds: fewer than `max_full_requests` requests of the full context fit at once. A pool that
+    already holds many full-length requests needs no trade of accuracy for room.
 
     Why it matters: an fp8 KV cache halves the bytes per token, so the same pool holds about
     twice the tokens and, where tokens bind, about twice the concurrent requests. fp8 KV can
@@ -19,8 +22,8 @@ def fp8_kv_opportunity(kb):
 
     Only for a pool that was sized: a start-up that stopped before gets no capacity tips.
 
-    What to do: try `--kv-cache-dtype fp8_e4m3` (SGLang) or `--kv-cache-dtype fp8` (vLLM) and
-    check accuracy on your evaluation set.
+    What to do: where more full-length requests must run at once, try `--kv-cache-dtype
+    fp8_e4m3` (SGLang) or `--kv-cache-dtype fp8` (vLLM) and check accuracy on your evaluation set.
     """
     dtype = kb.get("kv_pool", "dtype")
     tokens = kb.get("kv_pool", "tokens")
@@ -34,6 +37,12 @@ def fp8_kv_opportunity(kb):
     if kb.get("kv_pool", "theoretical_bytes_per_token") is not None and \
             not kb.get("kv_pool", "theoretical_bytes_per_token").known:
         return  # compressed KV (DeepSeek-V4): the halving does not follow
+    context = kb.value("config", "max_model_len") or kb.value("config", "context_len")
+    if not isinstance(context, int) or context <= 0:
+        yield cannot_judge(("the context length, to judge whether capacity binds", None))
+        return
+    if tokens.value // context >= t["max_full_requests"]:
+        return  # room for several full-length requests already
     projected = f": about {tokens.value * 2:,} tokens instead of {tokens.value:,}"
     rows = [c for c in kb.topic("concurrency") if c.known and c.detail.get("token_limit") is not None]
     if rows:

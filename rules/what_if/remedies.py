@@ -26,7 +26,8 @@ SETTINGS = {"fraction": (("mem_fraction_static", "--mem-fraction-static"),
             "tp_size": (("tp_size", "--tp-size"), ("tp_size", "--tensor-parallel-size"))}
 FP8 = {"sglang": "fp8_e4m3", "vllm": "fp8"}
 MAX_FRACTION = 0.95  # above it nothing is left for activations and graphs
-STEPS = tuple(round(0.01 * i, 2) for i in range(1, 11))
+# hundredths first (the least change), then twentieths up to the bound
+STEPS = tuple(round(0.01 * i, 2) for i in range(1, 10)) + tuple(round(0.05 * i, 2) for i in range(2, 19))
 SERIOUS = ("warning", "error")
 
 
@@ -168,10 +169,12 @@ def propose(kb: Knowledge, rules: tuple[Rule, ...]) -> dict[str, dict[str, Any]]
                 figures = trial.figures
                 fit = figures["kv_tokens"] // value if candidate["values"] == "pool_fit" and figures["kv_tokens"] \
                     else None
+                free = figures["free_gib"]
                 text = candidate["text"].format(flag=flag, value=_fmt(value), fit=_fmt(fit),
                                                 kv_tokens=_fmt(figures["kv_tokens"]),
                                                 concurrent=_fmt(figures["max_concurrent"]), length=_fmt(length),
-                                                free_gib=_fmt(figures["free_gib"]))
+                                                free=f", {free} GiB still free after capture" if free is not None
+                                                else "")
                 remedies.append({"id": candidate["id"], "changes": changes, "text": text,
                                  "projected": {"fits": True, **figures, "request_tokens": length},
                                  "clears": sorted(trial.disappear), "introduces": []})
