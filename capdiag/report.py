@@ -335,21 +335,38 @@ def build_diff(before: Analysis, after: Analysis) -> dict[str, Any]:
 _STOPPERS = ("startup-failed", "out-of-memory", "utilization-too-high", "weights-exceed-budget", "startup-incomplete")
 
 
+def _answer(findings: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The finding that matters most (findings come most severe first; among equals a failure,
+    then a capacity limit, then a tuning note: the catalogue's remedies make it one that asks for
+    a change), with its proven remedy's figures."""
+    asking = [f for f in findings if f["severity"] in ("error", "warning") or f["remedies"]]
+    if not asking:
+        return None
+    top = asking[0]
+    remedy = top["remedies"][0] if top["remedies"] else None
+    return {"code": top["code"], "rule": top["rule"], "severity": top["severity"], "title": top["title"],
+            "message": top["message"], "action": top["action"],
+            "projected": remedy["projected"] if remedy else None, "changes": remedy["changes"] if remedy else None}
+
+
 def _summary(findings: list[dict[str, Any]], ready: bool, last: F.Fact) -> dict[str, Any]:
     """What the report opens with: how the start-up ended, the line that says why, the next
-    step, and the headlines of the error and warning findings."""
+    step, the finding that matters most with its proven remedy, and the headlines of the error
+    and warning findings."""
     headlines = [{"severity": f["severity"], "code": f["code"], "title": f["title"]}
                  for f in findings if f["severity"] in ("error", "warning")][:6]
+    answer = _answer(findings)
     stopper = next((f for name in _STOPPERS for f in findings if f["name"] == name
                     and (f["severity"] == "error" or name == "startup-incomplete")), None)
     if ready or stopper is None:
         return {"outcome": "ready" if ready else "stopped", "title": None, "message": None,
                 "line": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
-                "next_step": None, "finding": None, "headlines": headlines}
+                "next_step": None, "finding": None, "headlines": headlines, "answer": answer}
     failed = stopper["severity"] == "error"
     return {"outcome": "failed" if failed else "stopped", "title": stopper["title"], "message": stopper["message"],
             "line": stopper["main_evidence"] if failed else {"line": last.evidence.line, "text": last.evidence.text},
-            "next_step": stopper["action"], "finding": stopper["code"], "headlines": headlines}
+            "next_step": stopper["action"], "finding": stopper["code"], "headlines": headlines,
+            "answer": None if failed else answer}
 
 
 def _read_from(facts: list[F.Fact]) -> str:

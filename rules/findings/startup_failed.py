@@ -7,6 +7,18 @@ _FIGURED = {"cuda-out-of-memory": "out-of-memory", "kv-cache-no-room": "out-of-m
             "moe-experts-unquantized": "out-of-memory", "gpu-memory-held": "utilization-too-high"}
 
 
+QUOTE = 300  # characters of an exception's text the message quotes
+
+
+def _cut(text: str) -> str:
+    """At most QUOTE characters, ending on a word (never inside a figure: `1.23 GiB` is not cut to
+    `1.`), with an ellipsis when cut; no trailing full stop (the message adds its own)."""
+    if len(text) <= QUOTE:
+        return text.rstrip(".")
+    cut = text[:QUOTE].rsplit(" ", 1)[0].rstrip(".,;:")
+    return cut + " …"
+
+
 @rule("startup-failed", code="CD125", severity="error",
       reads=("failure", "phase?", "finding:out-of-memory?", "finding:utilization-too-high?",
              "finding:weights-exceed-budget?"))
@@ -37,7 +49,7 @@ def startup_failed(kb):
     where = f" during {v['phase_words']}" if v["phase_words"] else ""
     who = f" on {v['rank']}" if v["rank"] else (f" in {v['process']}" if v["process"] else "")
     reason = "; ".join(d.split(" [type=")[0] for d in v["details"])
-    quoted = v["text"][:300].rstrip(".") + (f" — {reason[:300].rstrip('.')}" if reason else "")
+    quoted = _cut(v["text"]) + (f" — {_cut(reason)}" if reason else "")
     after = (f" The errors at line(s) {', '.join(str(n) for n in v['consequences'][:6])} are consequences of it."
              if v["consequences"] else "")
     if v["same_elsewhere"]:
