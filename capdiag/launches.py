@@ -13,6 +13,7 @@ from v0.5.14 name their role themselves.
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
@@ -36,6 +37,28 @@ _READY = F.kinds_in_phase("ready")
 # pool closes second (Fact.DRAFT_BY).
 _BY_ORDER = F.kinds_where("DRAFT_BY", "order")
 _BY_POOL = F.kinds_where("DRAFT_BY", "pool")
+
+
+def _states_draft(fields: dict) -> bool:
+    """Whether server_args names a second model for the rank to load: a speculative algorithm,
+    or a draft checkpoint under any option of the `*_draft_model_path` family (forks add their
+    own draft workers beside the speculative one, and print the path the same way)."""
+    return fields.get("speculative_algorithm") is not None or any(
+        name.endswith("draft_model_path") and value not in (None, "", "None")
+        for name, value in fields.items())
+
+
+# The outermost process prefix of a line (`(vLLMHttpServer pid=542833)`): the server it came from
+# where one file holds several (Ray's actors), each line behind its own server's prefix.
+_OUTER_PROCESS = re.compile(r"\(\w[\w.:\-]* pid=\d+")
+
+
+def _replica(said: F.Fact, fact: F.Fact) -> bool:
+    """Whether a start-up record repeated before any rank printed comes from another server
+    process than the first: a replica starting beside it (verl's rollout servers, Ray Serve),
+    not a start-up that got no further."""
+    first, again = _OUTER_PROCESS.match(said.evidence.text), _OUTER_PROCESS.match(fact.evidence.text)
+    return first is not None and again is not None and first.group(0) != again.group(0)
 
 
 def ends_startup(fact: F.Fact) -> bool:
@@ -115,11 +138,13 @@ class LaunchSplitter:
 
     A new launch starts at a line that opens a start-up (_OPENERS) once per-rank lines have been
     seen, or a second time (a start-up record of the same kind again, before any rank printed:
-    the first start-up got no further); or when a rank begins loading weights (or torch
-    distributed) again after the start-up finished or failed, or once more than its start-up
-    loads models: twice with a draft model (speculative decoding), once when server_args
-    states there is none. A line that repeats such a line word for word (one line printed
-    twice, by two log handlers or a paste) is read once; the repeat is named as unread. Facts
+    the first start-up got no further — unless another server process printed it, a replica
+    starting beside the first); or when a rank begins loading weights (or torch distributed)
+    again after the start-up finished or failed, or once more than its start-up loads models:
+    twice with a draft model (speculative decoding, or a draft checkpoint any
+    `*_draft_model_path` option names), once when server_args states there is none. A line
+    that repeats such a line word for word (one line printed twice, by two log handlers or a
+    paste) is read once; the repeat is named as unread. Facts
     that are not a log's lines (`log=False`: a running server's endpoints, each stating what it
     knows) repeat kinds by nature, and only the rules of the first paragraph split them.
     """
@@ -165,7 +190,7 @@ class LaunchSplitter:
                                 reason=f"{type(fact).__name__}: repeats line {said.evidence.line} word for word "
                                        "(one line printed twice); read once")
             opener = begin = False
-        elif self.group and opener and said is not None:
+        elif self.group and opener and said is not None and not _replica(said, fact):
             self._close(f"line {fact.evidence.line} opens another start-up record before any rank printed")
         elif self.group and begin and self.begins[key] >= (self.loads if self.log else 2):
             self._close(f"line {fact.evidence.line}: {fact.rank.label} begins loading again"
@@ -175,7 +200,7 @@ class LaunchSplitter:
         if begin:
             self.begins[key] += 1
         if isinstance(fact, F.ServerArgs) and "speculative_algorithm" in fact.fields:
-            self.loads = 1 if fact.fields["speculative_algorithm"] is None else 2
+            self.loads = 2 if _states_draft(fact.fields) else 1
         self.finished = self.finished or isinstance(fact, _FINISHED)
         self.scheduler_seen = self.scheduler_seen or not isinstance(fact, _NEUTRAL)
         self.group.append(fact)

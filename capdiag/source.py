@@ -225,8 +225,9 @@ _TRANSPORT = re.compile("".join(f"(?:{part})?" for part in (
 # the line is inside one string field.
 _JSON_LINE = re.compile(r'^\s*\{.*"(?:log|message|msg|textPayload)"\s*:')
 _JSON_FIELDS = ("log", "message", "msg", "textPayload")
-# A log line glued after a progress bar that had no newline: split before its prefix.
-_GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+# A log line glued after a progress bar, or after another process's line, that had no newline
+# (Ray interleaves its actors' output): split before its prefix.
+_GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\(\w[\w.:\-]* pid=\d+(?:, ip=[\d.]+)?\) )")
 # Ray's de-duplication mark at the end of a line (the first time, with its explanation after it):
 # the line stands for N more lines of other processes that differ from it only in their numbers.
 _RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\](?:\s*\(Ray deduplicates logs[^)]*\))?\s*$")
@@ -254,7 +255,8 @@ _COMMAND = re.compile(r"(?:^|\s)(?:python[\d.]*\s+-m\s+(?:sglang|vllm)\.|(?:sgla
 _QUOTED_ITEM = r"""(?:'[^'\n]*'|"[^"\n]*")"""
 _ARGV_OPEN = re.compile(rf"\[\s*(?:{_QUOTED_ITEM}\s*,\s*)+$")
 # (compiled once an argument vector opens: ~1 ms no other log pays)
-_ARGV_PIECE = LazyPattern(rf"^(?:{_QUOTED_ITEM}\s*,\s*)*{_QUOTED_ITEM}\s*[,\]]$")
+# (a long element pprint splits into adjacent strings ends a line with no comma)
+_ARGV_PIECE = LazyPattern(rf"^(?:{_QUOTED_ITEM}\s*,?\s*)*{_QUOTED_ITEM}\s*[,\]]?$")
 _PROCESS_TAG = re.compile(r"^(?:\(\w[^)]*pid=\d+[^)]*\)\s*)+")
 MAX_LINE = 1 << 20  # bytes kept of one physical line; a longer one is cut, not held
 CHUNK = 1 << 20  # bytes read at a time
@@ -701,7 +703,7 @@ def clean(raw: str) -> list[str]:
     pieces = text.split("\r") if "\r" in text else [text]
     out = []
     for piece in pieces:
-        for part in _GLUED.split(piece) if "[" in piece else [piece]:
+        for part in _GLUED.split(piece) if "[" in piece or "pid=" in piece else [piece]:
             part = _TRANSPORT.sub("", part, count=1).strip()
             if "across cluster]" in part:
                 part = _RAY_REPEAT.sub("", part)
@@ -825,7 +827,8 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
     blocks have been searched already.
     """
     pending: Line | None = None
-    record = command = argv = False
+    record = command = False
+    argv: str | None = None  # while a list is open: the process prefix its elements come behind
     spans = 0
     last_piece = ""
     brackets = None  # the held record's bracket_state(), once needed
@@ -852,12 +855,19 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
             for text in clean(raw):
                 if pending is not None:
                     joined = None
-                    piece = _PROCESS_TAG.sub("", text, count=1) if argv else ""
+                    piece = _PROCESS_TAG.sub("", text, count=1) if argv is not None else ""
                     if spans >= MAX_CONTINUATION:
                         pass
-                    elif argv and _ARGV_PIECE.match(piece):
+                    elif argv is not None and _ARGV_PIECE.match(piece) and text.startswith(argv):
                         joined = _joined(pending, piece, raw, " ")
-                        argv = not piece.endswith("]")
+                        argv = None if piece.endswith("]") else argv
+                    elif argv and not text.startswith(argv):
+                        # another process's line inside the list (Ray interleaves its actors):
+                        # read on its own, and the list goes on after it
+                        spans += 1
+                        if has_keyword(text):
+                            yield Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
+                        continue
                     elif not record and _CUT_REST.match(text):
                         joined = _joined(pending, text, raw, "")
                     elif (not record and _CUT_AT_SPACE.match(raw) and len(pending.raw) - pending.raw.rfind("\n") > WRAPPED
@@ -884,7 +894,8 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
                     continue
                 line = Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
                 command = False
-                argv = bool(_ARGV_OPEN.search(text))
+                tag = _PROCESS_TAG.match(text) if _ARGV_OPEN.search(text) else None
+                argv = (tag.group(0).rstrip() if tag else "") if tag or _ARGV_OPEN.search(text) else None
                 spans = 0
                 if _RECORD.search(text):
                     if traffic is not None:

@@ -469,6 +469,11 @@ def test_a_rank_loading_weights_again_without_a_draft_model_is_a_restart(tmp_pat
     b = analyse(_log(tmp_path, spec, "spec.log"))
     assert len(b.launches) == 1
     assert [f.role for f in b.launch.facts if isinstance(f, F.LoadWeightBegin)] == ["target", "draft"]
+    # a fork's own draft worker, named by a `*_draft_model_path` option, loads second too
+    fork = _sub(text, "speculative_algorithm=None", "speculative_algorithm=None, pvd_draft_model_path='/models/d-0.5B'")
+    c = analyse(_log(tmp_path, fork, "fork.log"))
+    assert len(c.launches) == 1
+    assert [f.role for f in c.launch.facts if isinstance(f, F.LoadWeightBegin)] == ["target", "draft"]
 
 
 # ---- unbounded work ----------------------------------------------------------------------------

@@ -106,3 +106,41 @@ def test_an_argv_list_without_options_is_no_command():
                                "--enforce-eager", "--seed", "-1"])
     assert values == {"program": "vllm.entrypoints.openai.api_server",
                       "args": {"model": "org/m", "tp": "2", "enforce_eager": None, "seed": "-1"}}
+
+
+def test_an_argv_list_goes_on_past_other_processes_lines_and_split_strings():
+    """Ray interleaves its actors: another process's line, glued to an element or on its own
+    line, is read on its own and the list goes on; pprint splits a long element into adjacent
+    strings, the first with no comma after it."""
+    tag, other = "(vLLMHttpServer pid=31001)", "(vLLMHttpServer pid=31042)"
+    assert joined(f"{tag} ['serve',", f"{tag}  'm',", f"{tag}  '--seed',",
+                  f"{tag}  '0',(WorkerDict pid=29917) INFO:2026-05-11 Memory cleanup attempt 1: Freed 0.00 GB",
+                  "(raylet) [2026-05-11 10:02:12,114 E 28001 28033] (raylet) file_system_monitor.cc:116: disk full",
+                  "", f"{other} INFO 05-11 10:02:14 [config/model.py:1750] Using max model len 8192",
+                  f"{tag}  '--override_generation_config',", f"{tag}  '{{\"top_p\": 1.0, '",
+                  f"{tag}  '\"max_new_tokens\": 1024}}',", f"{tag}  '--max_num_seqs',", f"{tag}  '16']") == [
+        f"{other} INFO 05-11 10:02:14 [config/model.py:1750] Using max model len 8192",
+        f"{tag} ['serve', 'm', '--seed', '0', '--override_generation_config', '{{\"top_p\": 1.0, ' "
+        f"'\"max_new_tokens\": 1024}}', '--max_num_seqs', '16']"]
+
+
+def test_two_rollout_replicas_in_one_file_are_one_start_up_configured_by_their_argv(tmp_path):
+    """verl's two vLLMHttpServer actors start side by side: the second's engine record comes from
+    another server process, a replica, not a restart; the first's argv (max_num_seqs 16, sleep
+    mode) configures the start-up, and the free memory of a server that sleeps for the trainer is
+    no waste."""
+    log = fixture("vllm_verl_two_replicas.log")
+    report = corpus_report(log)
+    assert report["source"]["launches"] == 1
+    assert report["config"]["max_running_requests"] == 16 and report["config"]["gpu_memory_utilization"] == 0.4
+    first = report["concurrency"][0]
+    assert (first["token_limit"], first["request_limit"], first["max_concurrent"]) == (260, 16, 16)
+    from capdiag.analysis import analyse
+    a = analyse(log, gpu_total_gib=79.19)
+    assert a.knowledge.value("config", "sleep_mode") is True
+    assert "excess-headroom" not in {f.rule for f in a.knowledge.topic("finding") if hasattr(f, "rule")}
+    # the same record again from the same server process is a restart, as before
+    text = open(log, encoding="utf-8").read().replace("(vLLMHttpServer pid=31042) (EngineCore_DP0 pid=31322)",
+                                                      "(vLLMHttpServer pid=31001) (EngineCore_DP0 pid=31322)")
+    again = analyse(write_log(tmp_path, text))
+    assert len(again.launches) == 2

@@ -41,7 +41,7 @@ from capdiag.analysis import analyse
 from capdiag.parsing import read_facts
 from capdiag.report import build
 from capdiag.rules import FINDINGS
-from capdiag.source import candidate_lines
+from capdiag.source import MAX_CONTINUATION, candidate_lines
 
 CASES = Path(__file__).resolve().parent / "rule_cases"
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -164,7 +164,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\n]*\x07")
 
 def unreal_evidence(evidence: list[dict], sources: dict[str, Optional[str]]) -> list[str]:
     """What in an evidence list does not match the file it cites (a wrapped record cites its first
-    physical line, and its text spans the lines that follow)."""
+    physical line, and its text spans the lines that follow, in order; an argument list Ray
+    interleaved with other processes' lines skips those)."""
     problems = []
     for e in evidence:
         path = sources.get(e["source"])
@@ -175,8 +176,14 @@ def unreal_evidence(evidence: list[dict], sources: dict[str, Optional[str]]) -> 
         if not 1 <= number <= len(lines):
             problems.append(f"{e['source']} line {number} does not exist ({len(lines)} lines): {e['text'][:120]!r}")
             continue
-        window = lines[number - 1:number - 1 + len(pieces)]
-        if pieces[0] != lines[number - 1] or any(p not in window for p in pieces[1:]):
+        at, following = number, True
+        for piece in pieces[1:]:
+            try:
+                at = lines.index(piece, at, at + MAX_CONTINUATION) + 1
+            except ValueError:
+                following = False
+                break
+        if pieces[0] != lines[number - 1] or not following:
             problems.append(f"{e['source']} line {number} reads {lines[number - 1][:120]!r}, "
                             f"evidence says {pieces[0][:120]!r}")
     return problems
