@@ -82,7 +82,7 @@ def test_derivation_rule_is_documented(r):
 def test_the_folder_says_what_a_rule_is():
     assert {ruledocs.kind(r) for r in FINDINGS} == {"finding"}
     assert {ruledocs.kind(r) for r in DERIVATIONS} == {"derive", "what-if", "plan", "diff"}
-    assert len(DERIVE) == 49 and len({r.name for r in DERIVATIONS}) == len(DERIVATIONS)
+    assert len(DERIVE) == 50 and len({r.name for r in DERIVATIONS}) == len(DERIVATIONS)
 
 
 def test_cli_lists_and_prints_derivation_rules(monkeypatch, capsys):

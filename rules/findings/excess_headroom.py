@@ -15,7 +15,7 @@ _FAILED = (F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, F.SchedulerExce
       reads=(F.LoadWeightBegin, F.MemoryProfiling, F.Options, *_FAILED, "breakdown:kv_cache?", "kv_pool:bytes_per_token?",
              "kv_pool:tokens?", "breakdown:budget?", "gpu:total_gib?", "config:gpu_memory_utilization?",
              "breakdown:free?", "config:mem_fraction_static?", "target_rank?", "failure?", "pool_cap?",
-             F.VllmStartupMemory, "gpu:identity?"))
+             F.VllmStartupMemory, "gpu:identity?", "config:sleep_mode?"))
 def excess_headroom(kb, t):
     """What it checks: more than `max_free_gib` GiB is still free at the end of start-up.
 
@@ -33,13 +33,16 @@ def excess_headroom(kb, t):
     Production guidance keeps 10–20% of a GPU free for activation spikes: memory up to
     `keep_share` of the total is headroom, not waste, and only what lies beyond both that and
     `max_free_gib` counts. Never on memory shared with the CPU (DGX Spark GB10), where what is
-    "free" belongs to the whole machine.
+    "free" belongs to the whole machine; nor on a rollout server started to hand its memory back
+    (vLLM sleep mode, SGLang's memory saver: `config.sleep_mode`), whose free memory is the
+    colocated trainer's.
 
     What to do: raise the fraction to the suggested value, keeping `keep_gib` GiB and
     `keep_share` of the GPU free, and check the new start-up's free memory.
     """
     ident = kb.get("gpu", "identity")
-    if ident is not None and ident.known and ident.value.get("shared_system_memory"):
+    if ident is not None and ident.known and ident.value.get("shared_system_memory") or \
+            kb.value("config", "sleep_mode") is True:
         return
     if kb.get("failure") is not None or kb.get("pool_cap") is not None or kb.of(*_FAILED, role=None) or \
             any(s.error for s in kb.of(F.VllmStartupMemory, role=None)):

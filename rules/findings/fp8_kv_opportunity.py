@@ -7,7 +7,7 @@ from capdiag.vocabulary import element_size
 
 
 @rule("fp8-kv-opportunity", code="CD114", severity="info", thresholds={"max_full_requests": 4},
-      reads=("kv_pool:dtype", "kv_pool:tokens?", "kv_pool:theoretical_bytes_per_token?", "concurrency?", F.Options,
+      reads=("kv_pool:dtype", "kv_pool:tokens?", "kv_pool:theoretical_bytes_per_token?", F.Options,
              "config:max_model_len?", "config:context_len?"))
 def fp8_kv_opportunity(kb, t):
     """What it checks: the KV cache is stored in a 16-bit type (bf16/fp16) and capacity is what
@@ -43,14 +43,10 @@ def fp8_kv_opportunity(kb, t):
         return
     if tokens.value // context >= t["max_full_requests"]:
         return  # room for several full-length requests already
-    projected = f": about {tokens.value * 2:,} tokens instead of {tokens.value:,}"
-    rows = [c for c in kb.topic("concurrency") if c.known and c.detail.get("token_limit") is not None]
-    if rows:
-        first = min(rows, key=lambda c: c.key)
-        limit = first.detail.get("request_limit")
-        doubled = first.detail["token_limit"] * 2
-        projected += (f", and at {first.key} tokens per request {min(doubled, limit) if limit else doubled} "
-                      f"concurrent requests instead of {first.value}")
+    # what binds is full-length requests (above): the gain is told at the full context
+    full = tokens.value // context
+    projected = (f": about {tokens.value * 2:,} tokens instead of {tokens.value:,}, and {(tokens.value * 2) // context} "
+                 f"request(s) of the full {context:,}-token context at once instead of {full}")
     flag = "--kv-cache-dtype fp8" if is_vllm(kb) else "--kv-cache-dtype fp8_e4m3"
     yield Parts((dtype, tokens),
                 title="An fp8 KV cache would roughly double token capacity",

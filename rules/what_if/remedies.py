@@ -61,6 +61,8 @@ UNLESS: dict[str, Callable[[Knowledge], bool]] = {
     "limit_set_by_mamba_slots": _mamba_limit,
     "no_model_config": lambda kb: kb.first(F.ModelConfig, role=None) is None,
     "weights_fill_the_gpu": _weights_fill,
+    # a rollout server colocated with training: memory past its budget is the trainer's
+    "gpu_shared_with_trainer": lambda kb: kb.value("config", "sleep_mode") is True,
 }
 
 
@@ -122,7 +124,9 @@ def _project(kb: Knowledge, rules: tuple[Rule, ...], changes: dict[str, Any], le
     then = projection.detail["then"]
     findings = [d for d in then.topic("finding") if isinstance(d, Finding)]
     appear = set(projection.value["findings_appear"])
-    row = then.get("concurrency", length)
+    context = then.value("config", "context_len")
+    # requests longer than the projected context are refused, not queued: no concurrency to claim
+    row = then.get("concurrency", length) if not (isinstance(context, int) and 0 < context < length) else None
     return Trial(frozenset(projection.value["findings_disappear"]),
                  tuple(sorted({d.rule for d in findings if d.rule in appear and d.severity in SERIOUS})),
                  {d.rule: d.message for d in findings},
