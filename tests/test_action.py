@@ -103,7 +103,8 @@ def test_green_on_a_corpus_log(tmp_path):
 def test_action_yml_wires_every_input_to_the_entry_script():
     action = ACTION.read_text(encoding="utf-8")
     inputs = re.findall(r"^  ([a-z-]+):\n    description:", action.split("\noutputs:")[0], flags=re.M)
-    assert inputs == ["logs", "policy", "baseline", "fail-on", "fail-on-unknown", "deployment", "sarif",
+    assert inputs == ["logs", "policy", "baseline", "fail-on", "fail-on-unknown", "deployment", "gpu",
+                      "nvidia-smi-file", "config-json", "framework", "target-rank", "args", "sarif",
                       "upload-sarif", "exit-zero", "capdiag-version"]
     for name in inputs:
         assert f"${{{{ inputs.{name} }}}}" in action or f"inputs.{name} ==" in action, name
@@ -112,3 +113,46 @@ def test_action_yml_wires_every_input_to_the_entry_script():
     assert read == passed
     assert "using: composite" in action and '"$GITHUB_ACTION_PATH/action/entry.py"' in action
     assert "github/codeql-action/upload-sarif@v3" in action
+
+
+def test_a_log_named_like_an_option_is_a_log(tmp_path):
+    """A file called `--exit-zero` (or `--output=x`) that a glob matches is gated as a log: every
+    path goes after `--`, so a failing gate stays failed and its annotations are printed."""
+    workspace = workspace_with(tmp_path, fixture("oom_capture.log"))
+    for name in ("--exit-zero", "--output=ann.log"):
+        shutil.copy(fixture("oom_capture.log"), workspace / "logs" / name)
+    done, _, outputs = run_action(workspace, logs="logs/*")
+    assert done.returncode == 1 and outputs == {"verdict": "fail"}, done.stdout + done.stderr
+    assert "::error file=logs/--exit-zero,line=" in done.stdout and not (workspace / "ann.log").exists()
+
+
+def test_a_quote_in_a_file_name_and_a_newline_in_an_input(tmp_path):
+    workspace = workspace_with(tmp_path, fixture("single_gpu_ready.log"))
+    shutil.copy(fixture("single_gpu_ready.log"), workspace / "logs" / "it's.log")
+    done, _, outputs = run_action(workspace, logs="logs/it's.log")
+    assert done.returncode == 0 and outputs == {"verdict": "pass"}, done.stdout + done.stderr
+    # a newline in a one-line input would write a second output line (verdict=pass)
+    done, _, outputs = run_action(workspace, logs="logs/it's.log", sarif="x.sarif\nverdict=pass")
+    assert done.returncode == 2 and outputs == {"verdict": "error"}
+    assert done.stdout == "::error title=capdiag::CAPDIAG_SARIF must be one line\n"
+    # a message from input is escaped: it cannot start a workflow command of its own
+    done, _, _ = run_action(workspace, logs="nothing/*.log\n::warning::x")
+    assert done.returncode == 2 and done.stdout.count("\n") == 1 and "::warning::" not in done.stdout.split("::", 2)[2]
+
+
+def test_side_inputs_and_args_reach_the_gate(tmp_path):
+    workspace = workspace_with(tmp_path, fixture("single_gpu_ready.log"))
+    done, _, outputs = run_action(workspace, logs="logs/single_gpu_ready.log", gpu="h100_sxm", framework="sglang",
+                                  target_rank="tp0", args="--token-lengths 8192 --fail-on info")
+    assert done.returncode == 1 and outputs == {"verdict": "fail"}, done.stdout + done.stderr  # info fails
+    assert "::notice file=logs/single_gpu_ready.log" in done.stdout or "::error file=logs/single_gpu_ready.log" in done.stdout
+    done, _, outputs = run_action(workspace, logs="logs/single_gpu_ready.log", gpu="h100_sxm")
+    assert done.returncode == 0 and outputs == {"verdict": "pass"}
+    done, _, outputs = run_action(workspace, logs="logs/single_gpu_ready.log", gpu="no-such-gpu")
+    assert done.returncode == 2 and outputs == {"verdict": "error"}
+    for args, message in (("--format json", "args may not contain '--format': the action sets it"),
+                          ("-- logs/x.log", "args may not contain '--': the action sets it"),
+                          ("logs/x.log", "args must be options (they start with -), not 'logs/x.log': "
+                                         "give logs in the logs input")):
+        done, _, outputs = run_action(workspace, logs="logs/single_gpu_ready.log", args=args)
+        assert done.returncode == 2 and done.stdout == f"::error title=capdiag::{message}\n", args
