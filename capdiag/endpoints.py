@@ -7,6 +7,8 @@ A 404 means the endpoint is not in this version: `get` then tries the next path 
 from __future__ import annotations
 
 import json
+import re
+import time
 from typing import Any, Optional
 
 import httpx
@@ -31,25 +33,65 @@ class Response:
 
 
 class Server:
-    """One server's base URL and how to reach it."""
+    """One server's base URL and how to reach it. Credentials in the URL (`http://user:pw@host`)
+    are sent as Basic auth and never shown: `url`, which every message and report names, is
+    without them.
+    The headers given (and the token) go to the server's own origin only, not to where a redirect
+    points; each request ends within `timeout` seconds in all, however slowly the server sends."""
 
     def __init__(self, url: str, *, timeout: float = 10.0, headers: tuple[str, ...] = (),
                  token: Optional[str] = None, verify: bool | str = True):
         if not url.startswith(("http://", "https://")):
-            raise InputError(f"{url}: a server URL starts with http:// or https://")
-        self.url = url.rstrip("/")
+            raise InputError(f"{public_url(url)}: a server URL starts with http:// or https://")
+        try:
+            parsed = httpx.URL(url.rstrip("/"))
+            if not parsed.host:
+                raise httpx.InvalidURL("no host")
+        except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
+            raise InputError(f"{public_url(url)}: not a valid URL ({_reason(exc)})") from None
+        auth = (parsed.username, parsed.password) if parsed.username or parsed.password else None
+        self.url = str(parsed.copy_with(username=None, password=None))
+        self.timeout = timeout
         sent = {}
         for header in headers:
             name, sep, value = header.partition(":")
             if not sep or not name.strip():
-                raise InputError(f"--header {header!r}: write it as 'Name: value'")
+                raise InputError("--header: write it as 'Name: value' (the text given is not shown: it may hold a secret)")
+            if not _printable(name.strip()) or not _printable(value.strip()):
+                raise InputError(f"--header {name.strip()[:40]!r}: a header holds printable ASCII only "
+                                 "(its value is not shown)" if _printable(name.strip()) else
+                                 "--header: a header holds printable ASCII only (not shown)")
             sent[name.strip()] = value.strip()
         if token:
+            if not _printable(token):
+                raise InputError("the token holds a control or non-ASCII character (a line end?): it is not shown")
             sent.setdefault("Authorization", f"Bearer {token}")
-        self.client = httpx.Client(timeout=timeout, headers=sent, verify=verify, follow_redirects=True)
+        self._origin = (parsed.scheme, parsed.host, parsed.port)
+        self._given = tuple(sent)
+        self.client = httpx.Client(timeout=timeout, headers=sent, auth=auth, verify=verify, follow_redirects=True,
+                                   event_hooks={"request": [self._own_origin_only]})
+
+    def _own_origin_only(self, request: httpx.Request) -> None:
+        """A redirect to another origin gets none of the headers given (nor Basic auth)."""
+        if (request.url.scheme, request.url.host, request.url.port) != self._origin:
+            for name in self._given + ("Authorization",):
+                request.headers.pop(name, None)
 
     def close(self) -> None:
         self.client.close()
+
+    def _read(self, reply: httpx.Response, path: str) -> bytes:
+        """The body, at most MAX_BODY bytes, decoded as sent (gzip) and read by the chunk: an endless
+        or a bombed body stops at the bound, a slow one at the deadline."""
+        body = bytearray()
+        deadline = time.monotonic() + self.timeout
+        for chunk in reply.iter_bytes():
+            body += chunk[:MAX_BODY - len(body)]
+            if len(body) >= MAX_BODY:
+                break
+            if time.monotonic() > deadline:
+                raise InputError(f"GET {self.url}{path}: the answer did not end within {self.timeout:g} s")
+        return bytes(body)
 
     def get(self, *paths: str, required: bool = True) -> Optional[Response]:
         """The first of `paths` that answers 200; None when all are missing (404) and not required."""
@@ -57,12 +99,12 @@ class Server:
         for path in paths:
             try:
                 with self.client.stream("GET", self.url + path) as reply:
-                    body = reply.read()[:MAX_BODY] if reply.status_code == 200 else b""
+                    body = self._read(reply, path) if reply.status_code == 200 else b""
             except httpx.ConnectError as exc:
                 raise InputError(f"{self.url}: cannot connect ({_reason(exc)})") from None
             except httpx.TimeoutException:
-                raise InputError(f"GET {self.url}{path}: no answer within {self.client.timeout.read} s") from None
-            except httpx.HTTPError as exc:
+                raise InputError(f"GET {self.url}{path}: no answer within {self.timeout:g} s") from None
+            except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
                 raise InputError(f"GET {self.url}{path}: {_reason(exc)}") from None
             if reply.status_code == 200:
                 return Response(path, 200, body.decode("utf-8", "replace"))
@@ -76,6 +118,19 @@ class Server:
         if required:
             raise InputError(f"{self.url}: none of {', '.join(missing)} answers (404): not this framework or version")
         return None
+
+
+def _printable(text: str) -> bool:
+    return all(" " <= ch <= "~" or ch == "\t" for ch in text)
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def public_url(url: str) -> str:
+    """The URL as it may be shown: credentials (`user:password@`) replaced by `***@`, control
+    characters dropped."""
+    return "".join(ch for ch in _USERINFO.sub("***@", url, count=1) if ch >= " " and ch != "\x7f")
 
 
 def _reason(exc: Exception) -> str:

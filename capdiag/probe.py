@@ -181,4 +181,4 @@ def analyse_probe(url: Optional[str] = None, metrics_files: tuple[str, ...] = ()
         facts, chosen, answered = probe_server(server, framework, DEFAULT_INTERVAL if interval is None else interval)
     finally:
         server.close()
-    return analyse_facts(url, facts, chosen, answered, **options)
+    return analyse_facts(server.url, facts, chosen, answered, **options)

@@ -3,6 +3,7 @@ new endpoints) and vLLM (metrics of two versions) do: tests/endpoint_cases holds
 written for these tests in the frameworks' formats."""
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -373,3 +374,81 @@ def test_saved_scrapes_with_timestamps_are_named_by_them(tmp_path):
     assert (rt["first_time"], rt["last_time"], rt["seconds"]) == (
         "scrape-1.txt (2025-12-01 15:00:00 UTC)", "scrape-2.txt (2025-12-01 15:00:30 UTC)", 30.0)
     assert rt["running_requests"]["peak"] == 44
+
+
+def test_credentials_in_the_url_are_sent_never_shown(serve):
+    url = serve({"/server_info": "sglang-v059.server_info.json"})
+    secret = url.replace("http://", "http://admin:pa55word@")
+    result = CliRunner().invoke(main, ["probe", secret, "--format", "json", "--interval", "0"], standalone_mode=False,
+                                catch_exceptions=False)
+    assert "pa55word" not in result.output and json.loads(result.output)["source"]["path"] == url
+    assert serve.seen[0][1] == "Basic " + base64.b64encode(b"admin:pa55word").decode()
+    text = CliRunner().invoke(main, ["probe", secret, "--interval", "0"], standalone_mode=False).output
+    assert "pa55word" not in text and url in text
+    with pytest.raises(InputError) as refused:  # and in no error either
+        analyse_probe(serve({}).replace("http://", "http://admin:pa55word@"), interval=0)
+    assert "pa55word" not in str(refused.value) and "none of /metrics answers" in str(refused.value)
+
+
+class _Redirect(_Handler):
+    target = ""
+
+    def do_GET(self):  # noqa: N802
+        self.send_response(302)
+        self.send_header("Location", self.target + self.path)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_headers_stay_with_the_servers_own_origin(serve):
+    elsewhere = serve({"/server_info": "sglang-v059.server_info.json"})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Redirect,), {"routes": {}, "seen": [],
+                                                                                  "target": elsewhere}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        analyse_probe(f"http://127.0.0.1:{server.server_address[1]}", headers=("X-Team: infra",), interval=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert serve.seen[0] == ("/server_info", None, None)  # the other origin got neither header
+
+
+class _Dribble(_Handler):
+    def do_GET(self):  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        for _ in range(200):
+            self.wfile.write(b"#")
+            self.wfile.flush()
+            time.sleep(0.05)
+
+
+def test_a_server_that_sends_slowly_is_stopped_at_the_deadline():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Dribble,), {"routes": {}, "seen": []}))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(InputError, match="the answer did not end within 1 s"):
+            analyse_probe(f"http://127.0.0.1:{server.server_address[1]}", timeout=1, interval=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert time.monotonic() - began < 5
+
+
+@pytest.mark.parametrize("url, headers, token, message", [
+    ("http://[::1", (), None, "http://[::1: not a valid URL"),
+    ("http://127.0.0.1:9/\r\nX: y", (), None, "not a valid URL"),
+    ("http://127.0.0.1:9", ("X-Key: s3cr\u00e9t",), None, "--header 'X-Key': a header holds printable ASCII only"),
+    ("http://127.0.0.1:9", ("Authorization Bearer s3cret",), None, "--header: write it as 'Name: value'"),
+    ("http://127.0.0.1:9", (), "s3cret\r", "the token holds a control or non-ASCII character"),
+])
+def test_bad_urls_headers_and_tokens_are_one_line_without_the_secret(url, headers, token, message, monkeypatch):
+    if token:
+        monkeypatch.setenv("CAPDIAG_TEST_TOKEN", token)
+    with pytest.raises(InputError) as refused:
+        analyse_probe(url, headers=headers, token_env="CAPDIAG_TEST_TOKEN" if token else None, timeout=1, interval=0)
+    said = str(refused.value)
+    assert message in said and "s3cr" not in said and "\n" not in said and "\r" not in said
