@@ -137,17 +137,24 @@ def exceptions(facts: Iterable[F.Fact]) -> list[Raised]:
                 out[index] = attrs.evolve(out[index], details=out[index].details + (fact,))
         else:
             block = open_.pop(process, None) or pending.pop(process, {})
+            if not block and isinstance(fact, F.ExceptionRaised) and not fact.message:
+                continue  # `Error:` alone, outside any traceback: a paste's heading, no exception
             link = block.get("link")
             if link is None or process not in last:
                 chains += 1
             chain = out[last[process]].chain if link is not None and process in last else chains
             out.append(Raised(fact, tuple(block.get("frames", ())), block.get("start"), chain, link,
-                              bool(block.get("ignored"))))
+                              bool(block.get("ignored")) or bool(_BELOW_ERROR.match(fact.evidence.text))))
             last[process] = len(out) - 1
             recent = process
             if current == process:
                 current = None
     return out
+
+
+# A traceback a logger printed below ERROR (vLLM's `WARNING 06-23 15:43:18 [import_utils.py:408]`
+# in front of every line): the process caught the exception, said so, and went on.
+_BELOW_ERROR = re.compile(r"^(?:\([^)]*pid=\d+[^)]*\)\s*)*(?:WARNING|INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d")
 
 
 def _is_error(fact: F.Fact) -> bool:
@@ -211,8 +218,10 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
     raised = [r for r in exceptions(facts) if not r.ignored]
     # an error a framework states on a line of its own comes after the exceptions: vLLM 0.16+
     # prints `Failed to load model - not enough GPU memory …` before the traceback that raised it
-    raised = [r for r in raised if isinstance(r.exception, PIECES)] + \
-        [r for r in raised if not isinstance(r.exception, PIECES)]
+    # (an out-of-memory line of its own is no summary: a C++ allocator's log line is the event)
+    first = (*PIECES, F.OutOfMemory)
+    raised = [r for r in raised if isinstance(r.exception, first)] + \
+        [r for r in raised if not isinstance(r.exception, first)]
     roles = [(r, classify(r)) for r in raised]
     for r, cause in roles:
         if cause is not None and cause.role != "cause":

@@ -350,3 +350,17 @@ def test_a_crash_after_ready_outside_a_request_is_still_named(tmp_path):
     failure = rep["source"]["all_launches"][-1]["failure"]
     assert failure is not None and failure["text"].startswith("ValueError: The input")
     assert finding(rep, "startup-failed") is not None
+    assert finding(rep, "startup-failed")["title"].startswith("The server failed after it was ready")  # not "Start-up"
+    assert finding(rep, "startup-failed")["message"].startswith("The server failed after it was ready")
+
+
+def test_a_traceback_logged_as_a_warning_and_a_bare_error_heading_are_no_root_cause():
+    """vLLM logs a failed optional import with its traceback at WARNING level and goes on; a paste's
+    `Error:` heading line names no exception. The root cause is the error after both."""
+    text = (CASES / "cuda-toolkit-missing.log").read_text(encoding="utf-8").splitlines()[1:]
+    text.insert(5, "Error:")
+    facts = _facts(text)
+    cause = root_cause(facts)
+    assert cause is not None and cause.line.evidence.line == 12 and cause.cause.name == "cuda-toolkit-missing"
+    warned = [r for r in exceptions(facts) if r.exception.evidence.line == 4]
+    assert warned and warned[0].ignored
