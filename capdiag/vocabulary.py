@@ -28,6 +28,9 @@ HELD_SINCE_WEIGHTS = ("weights", "kv_cache", "cuda_graph", "mamba_state", "draft
                       "draft_cuda_graph")
 
 # The serving configuration a report states and a diff compares, in the report's order.
+# The most of a GPU a static fraction may take: above it nothing is left for activations and graphs.
+MAX_FRACTION = 0.95
+
 CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
                "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
                "max_running_requests", "page_size", "block_size", "quantization")

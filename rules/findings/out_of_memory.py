@@ -4,6 +4,7 @@ from capdiag import facts as F
 from capdiag.engine import Parts, rule
 from capdiag.rules._common import is_vllm, line_ref
 from capdiag.rules.findings._advice import advised, failed
+from capdiag.vocabulary import MAX_FRACTION
 
 # Lines that show the KV pool was sized: an out-of-memory error after one of these happened
 # in capture or serving, not in pool sizing.
@@ -29,6 +30,22 @@ def _weights_fix(kb, failure) -> str:
         return (f"the checkpoint is already quantized ({quantization}): add TP/PP or GPUs with more memory, or free "
                 "the GPU of other processes.")
     return "add TP/PP, use quantized weights, or free the GPU of other processes."
+
+
+
+
+def _no_room(kb, first) -> str | None:
+    """Why no setting can make room for vLLM's profiling run and a KV cache, where the weights
+    alone fill what gpu_memory_utilization may hold at its most (total × 0.95), from the log's own
+    figures; else None. (SGLang's pool arithmetic says the same through `advised`.)"""
+    weights, total = kb.get("breakdown", "weights"), kb.get("gpu", "total_gib")
+    total_gib = total.value if total is not None and total.known else \
+        first.total_capacity_gib if isinstance(first, F.OutOfMemory) else None
+    if weights is None or not weights.known or not total_gib or weights.value < total_gib * MAX_FRACTION:
+        return None
+    return (f"The weights alone take {weights.value:.2f} GiB of the {total_gib:.2f} GiB GPU, more than even "
+            f"gpu_memory_utilization {MAX_FRACTION} would hold ({total_gib * MAX_FRACTION:.2f} GiB): no fraction or request size "
+            "leaves room for a KV cache, so " + _weights_fix(kb, kb.get("failure")))
 
 
 @rule("out-of-memory", code="CD102", severity="error",
@@ -61,7 +78,9 @@ def out_of_memory(kb):
     What to do: pool phase → raise the fraction (or add TP, shorten the context, use an fp8 KV
     cache). Weights that do not fit while loading → more TP/PP or quantized weights (the fraction
     does not bound the load). Capture or serving → lower it, or shrink the graph batch sizes. vLLM profiling →
-    lower `--max-num-batched-tokens` / `--max-num-seqs` / `--max-model-len`, or add GPUs.
+    lower `--max-num-batched-tokens` / `--max-num-seqs` / `--max-model-len`, or add GPUs — unless
+    the weights alone fill 95% of the GPU: then no setting helps, only more TP/PP, quantized
+    weights or a larger GPU.
     """
     errors = [f for f in kb.of(F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError, role=None)
               if not isinstance(f, F.VllmStartupError) or f.reason == "no-cache-memory"]
@@ -82,6 +101,8 @@ def out_of_memory(kb):
         direction, why = "raise", "the KV pool could not be sized within the static fraction"
     elif traced in _TRACED:
         direction, why = _TRACED[traced]
+    elif phase == "ready":  # the pool was sized whether or not the log shows it: serving ran out
+        direction, why = "lower", "the server was serving; a request's working memory ran out of the headroom left"
     elif not loaded and not sized and phase in ("init", "weights"):
         direction, why = "weights", "the weights themselves did not fit while loading"
     elif vllm and not sized:
@@ -99,7 +120,8 @@ def out_of_memory(kb):
         detail = (f" PyTorch tried to allocate {first.tried_to_allocate_mib} MiB with {first.free_mib} MiB free"
                   + (f" of {first.total_capacity_gib} GiB" if first.total_capacity_gib is not None else "") + ".")
     value, arithmetic, suggested = advised(kb, direction, first, vllm)
-    action = arithmetic if value is None else {
+    no_room = _no_room(kb, first) if direction == "profile" else None
+    action = no_room if no_room is not None else arithmetic if value is None else {
         "raise": f"Raise {knob}{value} (or add TP, shorten the context, use an fp8 KV cache).",
         "lower": f"Lower {knob}{value}" + (" (or lower --cuda-graph-max-bs, or disable the piecewise graph)." if not vllm
                                             else " (or reduce the CUDA-graph capture sizes, or --enforce-eager)."),
@@ -109,6 +131,8 @@ def out_of_memory(kb):
         "weights": f"The static fraction does not bound weight loading, so changing {knob} cannot help: "
                    + _weights_fix(kb, failure),
     }[direction] + arithmetic
+    if no_room is not None:
+        direction, suggested = "weights", None
     # after the ready line it is the serving server that ran out, not its start-up
     when = "while serving, after start-up" if phase == "ready" else f"during start-up ({phase.replace('_', ' ')})"
     after = "the server was ready" if phase == "ready" else f"the {phase.replace('_', ' ')} phase"

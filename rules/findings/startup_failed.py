@@ -40,7 +40,8 @@ def startup_failed(kb):
     cause with each wording, by version). An exception the catalogue does not name is cited
     with its innermost frame: likely a bug or an incompatibility of this release. A failure that
     a finding with the log's figures names (out of memory, utilization above what is free) is
-    that finding alone: one failure, one answer.
+    that finding alone: one failure, one answer. A launch that printed its ready line and then
+    died is said to have failed after it was ready, not at start-up.
     """
     failure = kb.get("failure")
     if failure is None:
@@ -68,11 +69,14 @@ def startup_failed(kb):
                   + (f" (innermost frame {v['frame']})" if v["frame"] else "")
                   + ": it is no known configuration cause — likely a bug or an incompatibility of this release "
                     "with the model or GPU; search the framework's issues for the message.")
-    title = v["title"] or f"Start-up failed: {v['text'].split(':')[0][:80]}"
+    # a launch that printed its ready line and then died: the server failed while serving
+    served = kb.value("phase") == "ready"
+    what = "The server failed after it was ready" if served else "Start-up failed"
+    title = v["title"] or f"{what}: {v['text'].split(':')[0][:80]}"
     # the figures behind the action come from the weights finding: its premises, not the finding
     figures = tuple(weights.premises) if weights is not None else ()
     yield Parts((failure,) + figures,
                 title=title,
-                message=f"Start-up failed{where}{who}. Root cause (line {v['line']}): {quoted}.{after}",
+                message=f"{what}{where}{who}. Root cause (line {v['line']}): {quoted}.{after}",
                 action=action,
                 detail={"cause": v["name"], "phase": v["phase"], "line": v["line"], "rank": v["rank"]})

@@ -16,6 +16,7 @@ from capdiag.engine import Finding, Knowledge, Rule, run
 from capdiag.frozen import frozen
 from capdiag.resources import reference_toml
 from capdiag.rules.what_if import counterfactual
+from capdiag.vocabulary import MAX_FRACTION
 
 # change → (SGLang's what-if key and flag, vLLM's)
 SETTINGS = {"fraction": (("mem_fraction_static", "--mem-fraction-static"),
@@ -25,7 +26,6 @@ SETTINGS = {"fraction": (("mem_fraction_static", "--mem-fraction-static"),
             "kv_cache_dtype": (("kv_cache_dtype", "--kv-cache-dtype"), ("kv_cache_dtype", "--kv-cache-dtype")),
             "tp_size": (("tp_size", "--tp-size"), ("tp_size", "--tensor-parallel-size"))}
 FP8 = {"sglang": "fp8_e4m3", "vllm": "fp8"}
-MAX_FRACTION = 0.95  # above it nothing is left for activations and graphs
 # hundredths first (the least change), then twentieths up to the bound
 STEPS = tuple(round(0.01 * i, 2) for i in range(1, 10)) + tuple(round(0.05 * i, 2) for i in range(2, 19))
 SERIOUS = ("warning", "error")
