@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +211,16 @@ def test_console_script_exit_2(make, tmp_path):
     proc = subprocess.run([str(CAPDIAG), "explain", make(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("capdiag: error:")
+
+
+def test_the_readme_example_is_what_the_code_prints():
+    """README.md's example block is the text report of the bundled log, as printed at 200
+    columns from the repository root: regenerated from the code, never edited by hand."""
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Example\n\n```\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run([sys.executable, "-m", "capdiag", "explain", "capdiag/examples/sglang-llama31-8b-h100.log",
+                           "--gpu", "h100_sxm"], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
+    assert done.returncode == 0, done.stderr
+    assert block == done.stdout
