@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from capdiag import facts as F
 from capdiag.analysis import Analysis, analyse
+from capdiag.arguments import check, check_lengths
 from capdiag.errors import InputError
 from capdiag.frozen import frozen
 from capdiag.rows import plain
@@ -155,8 +156,8 @@ def analyse_options(*, gpu=None, gpu_total_gib=None, nvidia_smi=None, config_jso
                     target_rank=None, launch=None, token_lengths=DEFAULT_TOKEN_LENGTHS, what_if: WhatIfInput = None,
                     until_ready=None, runtime=True) -> dict[str, Any]:
     """The API's keyword arguments as analysis.analyse() takes them."""
-    return {"launch": launch, "target_rank": None if target_rank is None else str(target_rank),
-            "token_lengths": tuple(token_lengths), "gpu": gpu, "gpu_total_gib": gpu_total_gib,
+    return {"launch": check("launch", launch), "target_rank": None if target_rank is None else str(target_rank),
+            "token_lengths": check_lengths("token-lengths", token_lengths), "gpu": gpu, "gpu_total_gib": gpu_total_gib,
             "framework": framework, "nvidia_smi": nvidia_smi, "config_json": config_json,
             "what_if": _what_if(what_if), "until_ready": until_ready, "runtime": runtime}
 
@@ -203,9 +204,9 @@ def probe(url: Optional[str] = None, *, metrics_files: Sequence[str] = (), heade
     from capdiag.report import build
 
     a = analyse_probe(url, tuple(metrics_files), framework=framework, headers=tuple(headers), token_env=token_env,
-                      timeout=timeout, verify=verify, gpu=gpu, gpu_total_gib=gpu_total_gib,
-                      token_lengths=tuple(token_lengths), target_rank=None if target_rank is None else str(target_rank),
-                      what_if=_what_if(what_if), interval=interval)
+                      timeout=check("timeout", timeout), verify=verify, gpu=gpu, gpu_total_gib=gpu_total_gib,
+                      token_lengths=check_lengths("token-lengths", token_lengths), target_rank=None if target_rank is None else str(target_rank),
+                      what_if=_what_if(what_if), interval=check("interval", interval))
     return Report(build(a), a)
 
 
@@ -250,6 +251,8 @@ def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Opt
 
     if fail_on is not None and fail_on not in SEVERITIES:
         raise InputError(f"--fail-on {fail_on}: one of {', '.join(SEVERITIES)}")
+    if isinstance(logs, (str, bytes)) or not list(logs):
+        raise InputError("give the logs to gate as a list of one or more paths (a gate over no log would pass)")
     loaded = load_policy(policy) if policy else None
     level = fail_on or (loaded.fail_on if loaded else None) or DEFAULT_FAIL_ON
     entries = gating.read_baseline(baseline) if baseline else None
@@ -319,6 +322,12 @@ def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, para
     """
     from capdiag.rules import PLAN
     from capdiag.rules.plan import driver as planning
+
+    layers, kv_heads, head_dim, hidden = (check(flag, v) for flag, v in (
+        ("layers", layers), ("kv-heads", kv_heads), ("head-dim", head_dim), ("hidden", hidden)))
+    tp, gpus, concurrency, fraction = check("tp", tp), check("gpus", gpus), check("concurrency", concurrency), \
+        check("fraction", fraction)
+    headroom, contexts = check("headroom", headroom), check_lengths("context", contexts)
 
     shapes = [name for name, given in (("--config-json", config_json), ("--model", model),
                                        ("--layers/--kv-heads/--head-dim", layers or kv_heads or head_dim)) if given]

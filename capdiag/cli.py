@@ -25,6 +25,7 @@ from capdiag.printable import printable, printable_data
 from capdiag.rows import Rows, iterencode, pieces
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
+from capdiag.arguments import check_lengths, click_type
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 from capdiag.whatif import KEYS
 from capdiag.rules import find_any_rule
@@ -44,9 +45,11 @@ class Lengths(click.ParamType):
             lengths = tuple(int(v) for v in str(value).split(",") if v.strip())
         except ValueError:
             self.fail("a comma-separated list of whole numbers, e.g. 4096,8192", param, ctx)
-        if not lengths or any(n <= 0 for n in lengths):
-            self.fail("request lengths must be positive whole numbers", param, ctx)
-        return lengths
+        try:
+            return check_lengths(param.name.replace("_", "-") if param is not None and param.name != "contexts"
+                                 else "context", lengths)
+        except InputError as refused:
+            self.fail(str(refused), param, ctx)
 
 
 def _write(text: Union[str, Iterable[str]], output: Optional[str], color: bool = False) -> None:
@@ -105,7 +108,7 @@ def main() -> None:
 INPUT_OPTIONS = (
     click.option("--target-rank", help="Rank to break down: a TP index (3) or tags (tp3, pp1, dp2, pp1,tp0). "
                  "Default TP0."),
-    click.option("--launch", type=click.IntRange(min=1),
+    click.option("--launch", type=click_type("launch"),
                  help="Which start-up in the file (default: the last that got furthest)."),
     click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
                  help="Project the start-up under a changed setting (repeatable): " + ", ".join(KEYS) + "."),
@@ -167,7 +170,7 @@ def _stdin_or_refuse(logs: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--color", type=click.Choice(COLOR_CHOICES), default="auto", show_default=True,
               help="Colour the text report's bars and severities (auto: a terminal, and NO_COLOR unset).")
 @click.option("--no-color", is_flag=True, help="The same as --color never.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes for many logs (default: one per core).")
+@click.option("--jobs", "-j", type=click_type("jobs"), help="Worker processes for many logs (default: one per core).")
 def explain(logs, fmt, output, inputs, trace, color, no_color, jobs):
     """Explain where each GPU's memory went in LOG (a path, - or a pipe for stdin, a .gz file, or a
     running server's URL: see `probe`); with several logs or a directory (its *.log and *.log.gz),
@@ -213,11 +216,11 @@ def _echo_err(text: str) -> None:
               help="A saved scrape of /metrics instead of a URL (repeat, oldest first, for a series).")
 @click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'", help="An extra HTTP header (repeatable).")
 @click.option("--token-env", metavar="VAR", help="Send `Authorization: Bearer $VAR` (the token stays out of the command line).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, help="Seconds per request.")
+@click.option("--timeout", type=click_type("timeout"), default=10.0, show_default=True, help="Seconds per request.")
 @click.option("--insecure", is_flag=True, help="Do not verify the server's TLS certificate.")
 @click.option("--ca-cert", type=click.Path(dir_okay=False, exists=True), help="Verify TLS against this CA bundle.")
 @click.option("--framework", type=click.Choice(("sglang", "vllm")), help="Skip detection: the server is this framework.")
-@click.option("--interval", type=click.FloatRange(0, 300), metavar="S",
+@click.option("--interval", type=click_type("interval"), metavar="S",
               help="Seconds between the two reads of a server's load and /metrics, for its rates (default 5; 0 reads "
                    "once); with --metrics-file, the seconds between the saved scrapes when they carry no time.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
@@ -308,31 +311,31 @@ def baseline_command(logs, policy, deployment, inputs, output):
 @click.option("--model", metavar="ORG/NAME", help="A Hugging Face model id: its config.json (and exact weight bytes) "
               "through huggingface_hub (its cache, HF_TOKEN, HF_HUB_OFFLINE).")
 @click.option("--params", help="Parameter count: 70B, 7.5B or 7e10 (instead of counting from config.json).")
-@click.option("--layers", type=click.IntRange(min=1), help="Without a config.json: layers holding KV.")
-@click.option("--kv-heads", type=click.IntRange(min=1), help="Without a config.json: KV heads.")
-@click.option("--head-dim", type=click.IntRange(min=1), help="Without a config.json: the head dimension.")
-@click.option("--hidden", type=click.IntRange(min=1), help="Without a config.json: hidden size (activation estimate).")
+@click.option("--layers", type=click_type("layers"), help="Without a config.json: layers holding KV.")
+@click.option("--kv-heads", type=click_type("kv-heads"), help="Without a config.json: KV heads.")
+@click.option("--head-dim", type=click_type("head-dim"), help="Without a config.json: the head dimension.")
+@click.option("--hidden", type=click_type("hidden"), help="Without a config.json: hidden size (activation estimate).")
 @click.option("--weight-dtype", type=click.Choice(sorted(BYTES_PER_WEIGHT)),
               help="The checkpoint's weight format where config.json states none (default: as config.json or "
                    "--from-log states it).")
 @click.option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8, auto (default: as --from-log states, else auto: "
               "the model's dtype).")
 @click.option("--context", "contexts", type=Lengths(), help="Context lengths for the concurrency table, e.g. 8192,32768.")
-@click.option("--concurrency", type=click.IntRange(min=1), help="Requests at --context (the first one) to size KV for.")
+@click.option("--concurrency", type=click_type("concurrency"), help="Requests at --context (the first one) to size KV for.")
 @click.option("--workload", "workloads", multiple=True, help="A mix CONTEXTxCOUNT, e.g. 8192x16 (repeatable).")
 @click.option("--gpu", help="GPU alias from references/gpu-specs.json.")
 @click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
-@click.option("--gpus", type=click.IntRange(min=1), help="GPUs available (the largest TP tried).")
-@click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel size to plan for (default --gpus or 1).")
+@click.option("--gpus", type=click_type("gpus"), help="GPUs available (the largest TP tried).")
+@click.option("--tp", type=click_type("tp"), help="Tensor-parallel size to plan for (default --gpus or 1).")
 @click.option("--framework", type=click.Choice(("sglang", "vllm")), help="sglang (default) or vllm.")
-@click.option("--fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+@click.option("--fraction", type=click_type("fraction"),
               help="mem_fraction_static / gpu_memory_utilization (default: the framework's own: SGLang computes it "
                    "from the GPU, vLLM takes 0.9).")
 @click.option("--framework-version", help="The release to plan for, e.g. 0.10.1 (default: the newest modelled).")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="A framework setting (the keys --what-if takes: max_num_seqs, max_running_requests, "
                    "max_num_batched_tokens, chunked_prefill_size, page_size, block_size, enforce_eager, …).")
-@click.option("--headroom", type=click.FloatRange(0, 0.9), default=0.15, show_default=True,
+@click.option("--headroom", type=click_type("headroom"), default=0.15, show_default=True,
               help="With --training: the share of the GPU kept for activations.")
 @click.option("--training", type=click.Choice(("full", "lora")), help="Size a fine-tuning run instead of serving.")
 @click.option("--from-log", type=click.Path(dir_okay=False), help="Fill the worksheet from a start-up log and compare.")

@@ -14,7 +14,10 @@ from click.testing import CliRunner
 
 import capdiag
 from capdiag.cli import main
-from helpers import fixture
+from capdiag.errors import InputError
+from helpers import fixture, run_entry
+
+EXAMPLE_LOG = str(Path(capdiag.__file__).resolve().parent / "examples" / "sglang-llama31-8b-h100.log")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,3 +72,34 @@ def test_a_text_stream_and_bytes_read_like_the_file():
     from_bytes = capdiag.explain(Path(path).read_bytes()).to_dict()
     for got in (from_stream, from_bytes):
         assert got["breakdown"] == expected["breakdown"] and got["findings"] == expected["findings"]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[0]), "--token-lengths 0: a whole number ≥ 1"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[-5]), "--token-lengths -5: a whole number ≥ 1"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[]), "--token-lengths: give at least one length"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths="4096"), "--token-lengths '4096': a list of whole numbers"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, launch=0), "--launch 0: a whole number ≥ 1"),
+    (lambda: capdiag.gate([]), "a gate over no log would pass"),
+    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, fraction=1.5), "--fraction 1.5: a number > 0 and < 1"),
+    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, tp=-2), "--tp -2: a whole number ≥ 1"),
+    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, contexts=[-1]), "--context -1"),
+    (lambda: capdiag.plan(params="8B", layers=float("nan"), kv_heads=8, head_dim=128), "--layers nan"),
+])
+def test_the_api_refuses_what_the_cli_refuses(call, message):
+    with pytest.raises(InputError) as refused:
+        call()
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["explain", "EXAMPLE", "--token-lengths", "0"], "--token-lengths 0: a whole number ≥ 1"),
+    (["plan", "--params", "8B", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--fraction", "1.5"],
+     "--fraction 1.5: a number > 0 and < 1"),
+    (["plan", "--params", "8B", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--tp", "-2"],
+     "--tp -2: a whole number ≥ 1"),
+])
+def test_the_cli_says_what_the_api_says(args, message, monkeypatch, capsys):
+    args = [EXAMPLE_LOG if a == "EXAMPLE" else a for a in args]
+    code, out, err = run_entry(monkeypatch, capsys, *args)
+    assert code == 2 and message in err and "Traceback" not in err
