@@ -108,6 +108,15 @@ def render_diff(report: dict[str, Any], fmt: str) -> str:
     return _env().get_template("diff.md.j2" if fmt == "markdown" else "diff.txt.j2").render(d=report)
 
 
+# A spreadsheet runs a cell that opens with one of these as a formula (`=HYPERLINK(…)` from a
+# model name in a log): such text gets a leading `'`, which shows it as text (OWASP's advice).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: Any) -> Any:
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+
 def render_many(items, fmt: str) -> str:
     """Many logs' outcomes (batch.Item, in order): `jsonl` one report per line (an error as
     {"schema": "capdiag.error/1", "path", "error"}), `csv` the summary rows, `table` for a
@@ -123,7 +132,7 @@ def render_many(items, fmt: str) -> str:
         out = io.StringIO()
         writer = csv.DictWriter(out, SUMMARY_COLUMNS, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
         return out.getvalue()
     cells = [table_cells(row) for row in rows]
     widths = {key: max([len(heading)] + [len(c[key]) for c in cells]) for key, heading in TABLE_HEADINGS.items()}

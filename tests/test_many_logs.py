@@ -100,3 +100,18 @@ def test_the_whole_corpus_as_jsonl_and_table():
     assert all(r["schema"] == "capdiag.report/1" for r in reports)
     table = invoke("explain", *dirs).output.splitlines()
     assert len(table) == 1 + len(logs) + ("* an upper bound" in table[-1])
+
+
+def test_csv_cells_from_the_log_never_run_as_formulas(tmp_path):
+    """A model name a log states (`=HYPERLINK(…)`, `@SUM(…)`, `+…`, `-…`) reaches the CSV as text
+    a spreadsheet shows, not a formula it runs: a leading `'`."""
+    text = open(fixture("single_gpu_ready.log"), encoding="utf-8").read()
+    logs = []
+    for n, name in enumerate(('=HYPERLINK("http://x.invalid","m")', "@SUM(A1:A9)", "+cmd|/C calc!A0", "-2+3")):
+        path = tmp_path / f"m{n}.log"
+        path.write_text(text.replace("meta-llama/Llama-3.1-8B-Instruct", name), encoding="utf-8")
+        logs.append(str(path))
+    rows = list(csv.DictReader(io.StringIO(invoke("explain", *logs, "--format", "csv").output)))
+    assert [r["model"] for r in rows] == ["'" + n for n in ('=HYPERLINK("http://x.invalid","m")', "@SUM(A1:A9)",
+                                                            "+cmd|/C calc!A0", "-2+3")]
+    assert all(r["weights_gib"] == "15.1" for r in rows)  # figures stay numbers
