@@ -79,7 +79,7 @@ def render_pieces(report: dict[str, Any], fmt: str, color: bool = False, width: 
     """render() a piece at a time, for writing as it goes: the JSON report is encoded as it is
     written, never held whole (for 10,000 ranks it is tens of MB, and json.dumps with an
     indent holds every one of its millions of fragments in a list before joining them)."""
-    report = printable_data(report)
+    report = printable_data(report, lines=fmt != "text")
     if fmt != "json":
         text = _env().get_template(f"{fmt}.j2").render(r=report, color=color, width=width)
         yield for_terminal(text, width, color) if fmt == "text" else text

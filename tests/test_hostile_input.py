@@ -709,3 +709,15 @@ def test_a_baseline_of_a_log_named_with_control_characters_is_json(tmp_path, mon
     _clean_exit(code, out, err, allowed=(0,))
     document = json.loads(target.read_text())
     _no_control(json.dumps(document, ensure_ascii=False))
+
+
+def test_no_value_from_the_log_starts_a_line_of_the_text_report(tmp_path, monkeypatch, capsys):
+    """A model id holding `\\n::error::` (server_args' repr decodes the escape to a newline) would
+    put a workflow command at a line's start in a CI log: in the text report a newline inside a
+    value is shown as `\\n`."""
+    text = _sub(TEXT, "model_path='meta-llama/Llama-3.1-8B-Instruct'",
+                "model_path='m\\n::error::pwned\\n::add-mask::x'")
+    code, out, err = run_entry(monkeypatch, capsys, "explain", _log(tmp_path, text), "--no-color")
+    _clean_exit(code, out, err, allowed=(0,))
+    assert "pwned" in out and not any(line.lstrip().startswith("::") for line in out.splitlines())
+    assert "m\\n::error::pwned" in out
