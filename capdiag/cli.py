@@ -83,8 +83,8 @@ def _write(text: Union[str, Iterable[str]], output: Optional[str], color: bool =
             for piece in pieces:
                 fh.write(printable(piece))
         if temp is not None:
-            if os.path.exists(target):
-                os.chmod(temp, os.stat(target).st_mode & 0o7777)
+            # the mode a new file gets from the umask (mkstemp makes it 0600), or the old file's
+            os.chmod(temp, os.stat(target).st_mode & 0o7777 if os.path.exists(target) else 0o666 & ~_umask())
             os.replace(temp, target)
     except BaseException as exc:  # the pieces are made as they are written: no half report is left
         if temp is not None and os.path.exists(temp):
@@ -92,6 +92,12 @@ def _write(text: Union[str, Iterable[str]], output: Optional[str], color: bool =
         if isinstance(exc, OSError):
             raise InputError(f"{output}: cannot be written ({exc.strerror or exc})") from None
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it: set it straight back
+    os.umask(mask)
+    return mask
 
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}

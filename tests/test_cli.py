@@ -72,6 +72,21 @@ def test_explain_output_file(tmp_path):
     assert json.loads(target.read_text())["source"]["path"] == LOG
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_an_output_file_gets_the_umask_mode_and_keeps_an_old_files(tmp_path, umask, mode):
+    """A new -o file has the mode any new file gets (a web server can serve the HTML report); a
+    file written over keeps its own."""
+    target, old = tmp_path / "report.html", os.umask(umask)
+    try:
+        assert invoke("explain", LOG, "--format", "html", "-o", str(target)).exception is None
+        assert target.stat().st_mode & 0o777 == mode
+        target.chmod(0o640)
+        assert invoke("explain", LOG, "--format", "html", "-o", str(target)).exception is None
+        assert target.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+
+
 def test_explain_token_lengths():
     result = invoke("explain", LOG, "--format", "json", "--token-lengths", "1000,100000")
     assert result.exception is None
