@@ -448,7 +448,12 @@ def _fail(message: str) -> None:
 
 def run() -> None:
     """Entry point: input problems become one line on stderr and exit code 2; a reader that
-    went away (a closed pipe) ends the run quietly; an output that cannot be written is an error."""
+    went away (a closed pipe) ends the run quietly; an output that cannot be written is an error.
+    A console whose encoding lacks a character the report uses (cp1252, latin-1: `→`, `…`, `≈`)
+    gets `?` in its place, never a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     stdout = sys.stdout
     try:
         main(standalone_mode=False)

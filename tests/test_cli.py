@@ -239,3 +239,12 @@ def test_the_readme_example_is_what_the_code_prints():
                           env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
     assert done.returncode == 0, done.stderr
     assert block == done.stdout
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "latin-1", "ascii"])
+def test_a_console_without_the_reports_characters_gets_question_marks_not_a_traceback(encoding):
+    env = {**os.environ, "PYTHONIOENCODING": encoding}
+    for args, code in ((["explain", LOG], 0), (["gate", fixture("oom_capture.log")], 1)):
+        done = subprocess.run([sys.executable, "-m", "capdiag", *args], capture_output=True, env=env, timeout=120)
+        assert done.returncode == code and b"Traceback" not in done.stderr, done.stderr[-300:]
+        assert b"MEMORY BREAKDOWN" in done.stdout or b"FAIL" in done.stdout
