@@ -223,8 +223,13 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
     raised = [r for r in raised if isinstance(r.exception, first)] + \
         [r for r in raised if not isinstance(r.exception, first)]
     roles = [(r, classify(r)) for r in raised]
-    for r, cause in roles:
+    for at, (r, cause) in enumerate(roles):
         if cause is not None and cause.role != "cause":
+            continue
+        # raised while handling a consequence (`During handling of the above exception, another
+        # exception occurred` after a KeyboardInterrupt): a consequence too, unless it names a cause
+        if cause is None and r.link == "context" and any(
+                o.chain == r.chain and c is not None and c.role == "consequence" for o, c in roles[:at]):
             continue
         if cause is None:  # a later exception of the same chain may say more
             cause = next((c for o, c in roles if o.chain == r.chain and c is not None and c.role == "cause"), None)

@@ -364,3 +364,21 @@ def test_a_traceback_logged_as_a_warning_and_a_bare_error_heading_are_no_root_ca
     assert cause is not None and cause.line.evidence.line == 12 and cause.cause.name == "cuda-toolkit-missing"
     warned = [r for r in exceptions(facts) if r.exception.evidence.line == 4]
     assert warned and warned[0].ignored
+
+
+def test_an_exception_raised_while_handling_a_consequence_is_one_too():
+    """A user stopped a start-up that hung (KeyboardInterrupt) and the clean-up raised again: the
+    second exception names no cause, so neither is the root cause."""
+    lines = ["Traceback (most recent call last):",
+             '  File "/usr/lib/python3.12/site-packages/ray/_private/worker.py", line 3053, in wait',
+             "KeyboardInterrupt",
+             "",
+             "During handling of the above exception, another exception occurred:",
+             "",
+             "Traceback (most recent call last):",
+             '  File "/usr/lib/python3.12/site-packages/vllm/executor/ray_utils.py", line 250, in _wait_until_pg_ready',
+             "RuntimeError: cancelled"]
+    assert root_cause(_facts(lines)) is None
+    # the same exception raised on its own is the root cause
+    alone = root_cause(_facts(lines[6:]))
+    assert alone is not None and alone.line.evidence.line == 3
