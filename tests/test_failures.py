@@ -18,6 +18,7 @@ from capdiag import facts as F
 from capdiag.failures import Raised, catalogue, classify, exceptions, root_cause
 from capdiag.parsing import traceback
 from capdiag.parsing.traceback import parse_traceback_line
+from capdiag.parsing.vllm import parse_vllm_line
 from helpers import SHARED, corpus_report, finding
 
 CASES = Path(__file__).resolve().parent / "failure_cases"
@@ -87,7 +88,11 @@ def test_each_wording_example_is_named_by_its_own_cause(cause):
     example = cause.wording["example"]
     detail = example.startswith("Value error, ")
     text = f"pydantic_core._pydantic_core.ValidationError: 1 validation error" if detail else example
-    r = _raised(text) if not text.startswith("(") else _raised(text)
+    stated = None if detail or parse_traceback_line(text) is not None else parse_vllm_line(text)
+    if stated:  # an error a framework states on a line of its own (argparse's `vllm: error: …`)
+        r = Raised(stated[0].cls(evidence=F.Evidence(1, text), rank=stated[0].rank, **stated[0].values))
+    else:
+        r = _raised(text)
     if detail:
         r = Raised(r.exception, details=(F.ValidationDetail(evidence=F.Evidence(2, example),
                                                             message=example[len("Value error, "):]),))

@@ -256,12 +256,12 @@ class VllmCpuKVSpace(VllmFact):
 @frozen_fact
 class VllmStartupError(VllmFact):
     """A start-up error vLLM states: no memory for cache blocks, max seq len beyond the KV
-    cache, the engine core failing to start."""
+    cache, the engine core failing to start, its command line refused (`vllm: error: …`)."""
 
-    KEYWORDS: ClassVar[tuple[str, ...]] = ("No available memory for the cache blocks", "max seq len", "serve at least one request", "EngineCore failed", "Engine core initialization failed")
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("No available memory for the cache blocks", "max seq len", "serve at least one request", "EngineCore failed", "Engine core initialization failed", "vllm: error:", "vllm serve: error:")
     FAILS_STARTUP: ClassVar[bool] = True
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (("kv_tokens", "kv_cache_tokens"),)
-    reason: str  # "no-cache-memory", "max-seq-len", "engine-failed"
+    reason: str  # "no-cache-memory", "max-seq-len", "engine-failed", "arguments" (argparse refused them)
     model_len: Optional[int] = None
     kv_tokens: Optional[int] = None  # V0's wording: the tokens the pool holds
     longest_fit: Optional[int] = None  # V1's: the longest request the memory allows, as vLLM estimates

@@ -240,6 +240,9 @@ class _Lines(Transformer):
     def engine_failed(self, _):
         return (F.VllmStartupError, {"reason": "engine-failed"})
 
+    def argument_error(self, _):
+        return (F.VllmStartupError, {"reason": "arguments"})
+
     def oom_piece(self, items):
         return items[0]
 

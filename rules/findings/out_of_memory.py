@@ -35,17 +35,29 @@ def _weights_fix(kb, failure) -> str:
 
 
 def _no_room(kb, first) -> str | None:
-    """Why no setting can make room for vLLM's profiling run and a KV cache, where the weights
-    alone fill what gpu_memory_utilization may hold at its most (total × 0.95), from the log's own
-    figures; else None. (SGLang's pool arithmetic says the same through `advised`.)"""
+    """Why no setting makes room for vLLM's profiling run and a KV cache: the weights alone fill
+    what gpu_memory_utilization may hold at its most (total × 0.95), or leave beside them less
+    than the allocation that failed — from the log's own figures; else None. (SGLang's pool
+    arithmetic says the same through `advised`.)"""
     weights, total = kb.get("breakdown", "weights"), kb.get("gpu", "total_gib")
     total_gib = total.value if total is not None and total.known else \
         first.total_capacity_gib if isinstance(first, F.OutOfMemory) else None
-    if weights is None or not weights.known or not total_gib or weights.value < total_gib * MAX_FRACTION:
+    if weights is None or not weights.known or not total_gib:
         return None
-    return (f"The weights alone take {weights.value:.2f} GiB of the {total_gib:.2f} GiB GPU, more than even "
-            f"gpu_memory_utilization {MAX_FRACTION} would hold ({total_gib * MAX_FRACTION:.2f} GiB): no fraction or request size "
-            "leaves room for a KV cache, so " + _weights_fix(kb, kb.get("failure")))
+    room = total_gib * MAX_FRACTION - weights.value
+    asked = first.tried_to_allocate_mib / 1024 if isinstance(first, F.OutOfMemory) and first.tried_to_allocate_mib \
+        else None
+    head = f"The weights alone take {weights.value:.2f} GiB of the {total_gib:.2f} GiB GPU"
+    if room <= 0:
+        said = (f"{head}, more than even gpu_memory_utilization {MAX_FRACTION} would hold "
+                f"({total_gib * MAX_FRACTION:.2f} GiB): no fraction or request size leaves room for a KV cache")
+    elif asked is not None and room < asked:
+        said = (f"{head}: even gpu_memory_utilization {MAX_FRACTION} leaves {room:.2f} GiB beside them, less than "
+                f"the {asked:.2f} GiB the profiling run asked for; a smaller profile batch (--max-num-batched-tokens) "
+                f"would leave at most that for the KV cache")
+    else:
+        return None
+    return f"{said}, so " + _weights_fix(kb, kb.get("failure"))
 
 
 @rule("out-of-memory", code="CD102", severity="error",
