@@ -71,6 +71,7 @@ class Cause:
     title: str
     next_step: str
     wording: dict  # the wording that matched (pattern, who, versions, example, source)
+    generic: bool = False  # a bare status (`401 Client Error`): a later exception of its chain may name more
 
 
 @frozen
@@ -167,7 +168,7 @@ def _is_error(fact: F.Fact) -> bool:
 def catalogue() -> tuple[list[Cause], list[tuple[str, str, frozenset]]]:
     """The causes, in matching order, and the phases (name, words, functions) in start-up order."""
     data = reference_toml("failure-causes.toml")
-    causes = [Cause(c["name"], c["role"], c["title"], c["next_step"], w)
+    causes = [Cause(c["name"], c["role"], c["title"], c["next_step"], w, c.get("generic", False))
               for c in data["cause"] for w in c["wording"]]
     phases = [(p["name"], p["words"], frozenset(p["functions"])) for p in data["phase"]]
     return causes, phases
@@ -231,8 +232,9 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
         if cause is None and r.link == "context" and any(
                 o.chain == r.chain and c is not None and c.role == "consequence" for o, c in roles[:at]):
             continue
-        if cause is None:  # a later exception of the same chain may say more
-            cause = next((c for o, c in roles if o.chain == r.chain and c is not None and c.role == "cause"), None)
+        if cause is None or cause.generic:  # a later exception of the same chain may say more
+            cause = next((c for o, c in roles if o.chain == r.chain and c is not None and c.role == "cause"
+                          and not c.generic), cause)
         consequences = tuple(o for o, c in roles if o is not r and c is not None and c.role == "consequence")
         same = tuple(o for o, c in roles if o is not r and o.process != r.process and
                      (c == cause if cause is not None else o.text == r.text))
