@@ -75,9 +75,33 @@ class _Bounded(click.ParamType):
             self.fail(str(refused), param, ctx)
 
 
+class _Lengths(click.ParamType):
+    """Comma-separated lengths in tokens (`4096,8192`), each check()ed as the API checks it."""
+
+    name = "lengths"
+
+    def __init__(self, flag: str):
+        self.flag = flag
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            lengths = tuple(int(v) for v in str(value).split(",") if v.strip())
+        except ValueError:
+            self.fail("a comma-separated list of whole numbers, e.g. 4096,8192", param, ctx)
+        try:
+            return check_lengths(self.flag, lengths)
+        except InputError as refused:
+            self.fail(str(refused), param, ctx)
+
+
+LENGTHS = ("token-lengths", "context")  # the flags of BOUNDS that take a list
+
+
 def click_type(flag: str) -> click.ParamType:
-    """The CLI option type of a bounded argument."""
-    return _Bounded(flag)
+    """The CLI option type of a bounded argument (a list of lengths for LENGTHS)."""
+    return _Lengths(flag) if flag in LENGTHS else _Bounded(flag)
 
 
 def check(flag: str, value: Any) -> Any:

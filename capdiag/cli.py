@@ -25,31 +25,12 @@ from capdiag.printable import printable, printable_data
 from capdiag.rows import Rows, iterencode, pieces
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
-from capdiag.arguments import check_lengths, click_type
+from capdiag.arguments import click_type
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 from capdiag.whatif import KEYS
 from capdiag.rules import find_any_rule
 
 EXAMPLE_LOG = "sglang-llama31-8b-h100.log"
-
-
-class Lengths(click.ParamType):
-    """Comma-separated request lengths in tokens, e.g. 4096,8192."""
-
-    name = "lengths"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        try:
-            lengths = tuple(int(v) for v in str(value).split(",") if v.strip())
-        except ValueError:
-            self.fail("a comma-separated list of whole numbers, e.g. 4096,8192", param, ctx)
-        try:
-            return check_lengths(param.name.replace("_", "-") if param is not None and param.name != "contexts"
-                                 else "context", lengths)
-        except InputError as refused:
-            self.fail(str(refused), param, ctx)
 
 
 def _write(text: Union[str, Iterable[str]], output: Optional[str], color: bool = False) -> None:
@@ -118,7 +99,7 @@ INPUT_OPTIONS = (
                  help="Which start-up in the file (default: the last that got furthest)."),
     click.option("--what-if", "what_if", multiple=True, metavar="KEY=VALUE",
                  help="Project the start-up under a changed setting (repeatable): " + ", ".join(KEYS) + "."),
-    click.option("--token-lengths", type=Lengths(), default=",".join(map(str, DEFAULT_TOKEN_LENGTHS)), show_default=True,
+    click.option("--token-lengths", type=click_type("token-lengths"), default=",".join(map(str, DEFAULT_TOKEN_LENGTHS)), show_default=True,
                  help="Request lengths (tokens) for the concurrency table."),
     click.option("--gpu", help="GPU alias from references/gpu-specs.json (e.g. h100_sxm, h200, a100_80gb_sxm)."),
     click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB (beats --gpu's reference figure)."),
@@ -233,7 +214,7 @@ def _echo_err(text: str) -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
 @click.option("--gpu", help="GPU alias from references/gpu-specs.json.")
 @click.option("--gpu-total-gib", type=float, help="The GPU's total memory in GiB.")
-@click.option("--token-lengths", type=Lengths(), default=",".join(map(str, DEFAULT_TOKEN_LENGTHS)), show_default=True)
+@click.option("--token-lengths", type=click_type("token-lengths"), default=",".join(map(str, DEFAULT_TOKEN_LENGTHS)), show_default=True)
 def probe_command(url, metrics_files, headers, token_env, timeout, insecure, ca_cert, fmt, output, **inputs):
     """Explain a running server from its own endpoints (SGLang /server_info, /v1/loads; vLLM /metrics,
     /v1/models, /version), or from saved scrapes of its /metrics."""
@@ -326,7 +307,7 @@ def baseline_command(logs, policy, deployment, inputs, output):
                    "--from-log states it).")
 @click.option("--kv-dtype", help="KV cache dtype: bf16, fp16, fp8, auto (default: as --from-log states, else auto: "
               "the model's dtype).")
-@click.option("--context", "contexts", type=Lengths(), help="Context lengths for the concurrency table, e.g. 8192,32768.")
+@click.option("--context", "contexts", type=click_type("context"), help="Context lengths for the concurrency table, e.g. 8192,32768.")
 @click.option("--concurrency", type=click_type("concurrency"), help="Requests at --context (the first one) to size KV for.")
 @click.option("--workload", "workloads", multiple=True, help="A mix CONTEXTxCOUNT, e.g. 8192x16 (repeatable).")
 @click.option("--gpu", help="GPU alias from references/gpu-specs.json.")

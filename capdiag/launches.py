@@ -13,7 +13,6 @@ from v0.5.14 name their role themselves.
 from __future__ import annotations
 
 import bisect
-import re
 from collections import Counter, defaultdict
 from typing import Iterable, Optional
 
@@ -48,17 +47,12 @@ def _states_draft(fields: dict) -> bool:
         for name, value in fields.items())
 
 
-# The outermost process prefix of a line (`(vLLMHttpServer pid=542833)`): the server it came from
-# where one file holds several (Ray's actors), each line behind its own server's prefix.
-_OUTER_PROCESS = re.compile(r"\(\w[\w.:\-]* pid=\d+")
-
-
 def _replica(said: F.Fact, fact: F.Fact) -> bool:
     """Whether a start-up record repeated before any rank printed comes from another server
-    process than the first: a replica starting beside it (verl's rollout servers, Ray Serve),
-    not a start-up that got no further."""
-    first, again = _OUTER_PROCESS.match(said.evidence.text), _OUTER_PROCESS.match(fact.evidence.text)
-    return first is not None and again is not None and first.group(0) != again.group(0)
+    process than the first (their outermost process tags differ): a replica starting beside it
+    (verl's rollout servers, Ray Serve), not a start-up that got no further."""
+    first, again = said.evidence.host, fact.evidence.host
+    return first is not None and again is not None and first != again
 
 
 def ends_startup(fact: F.Fact) -> bool:

@@ -18,30 +18,26 @@ from typing import Any
 
 from capdiag.rows import Rows
 
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069"
-                     "\ufeff\ufff9-\ufffb\ufffe\uffff\ud800-\udfff]")
+# control and invisible formatting characters (newline and tab are not among them)
+_CONTROLS = ("\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069"
+             "\ufeff\ufff9-\ufffb\ufffe\uffff\ud800-\udfff")
+_UNSAFE = re.compile(f"[{_CONTROLS}]")
+# For a plain-text report, whose every line a CI runner reads for workflow commands (`::error::`
+# at a line's start): a newline inside a value from the input is shown as `\n` too, so no value
+# starts a line of its own.
+_UNSAFE_IN_LINE = re.compile(f"[{_CONTROLS}\n]")
 
 
 def _escape(found: re.Match) -> str:
     code = ord(found.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-# For a plain-text report, whose every line a CI runner reads for workflow commands (`::error::`
-# at a line's start): a newline inside a value from the input is shown as `\n` too, so no value
-# starts a line of its own.
-_UNSAFE_IN_LINE = re.compile(_UNSAFE.pattern[:-1] + "\n]")
+    return "\\n" if code == 10 else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: str, lines: bool = True) -> str:
     """`text` with every control or invisible formatting character shown as an escape (with
     `lines=False`, a newline too)."""
     unsafe = _UNSAFE if lines else _UNSAFE_IN_LINE
-    return unsafe.sub(_escape_newline, text) if unsafe.search(text) else text
-
-
-def _escape_newline(found: re.Match) -> str:
-    return "\\n" if found.group() == "\n" else _escape(found)
+    return unsafe.sub(_escape, text) if unsafe.search(text) else text
 
 
 def printable_data(value: Any, lines: bool = True) -> Any:

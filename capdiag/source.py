@@ -894,8 +894,9 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
                     continue
                 line = Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
                 command = False
-                tag = _PROCESS_TAG.match(text) if _ARGV_OPEN.search(text) else None
-                argv = (tag.group(0).rstrip() if tag else "") if tag or _ARGV_OPEN.search(text) else None
+                opened = _ARGV_OPEN.search(text)
+                tag = _PROCESS_TAG.match(text) if opened else None
+                argv = (tag.group(0).rstrip() if tag else "") if opened else None
                 spans = 0
                 if _RECORD.search(text):
                     if traffic is not None:

@@ -29,6 +29,9 @@ class Evidence:
     # cluster]); it compares lines without their numbers, so theirs may differ and are not shown
     repeated: int = 0
     pid: Optional[int] = None  # the process that printed the line, where its prefix names it
+    # the outermost process its prefix names (Ray nests an actor's tag around the server's own):
+    # the server a line came from, where one file holds several
+    host: Optional[str] = None
 
 
 @attrs.frozen(order=True)

@@ -82,7 +82,7 @@ def _facts_of(line: Line, framework: Optional[str]) -> list[F.Fact]:
         role = values.pop("_role", None)
         extra = {"role": role, "role_stated": True} if role else {}
         evidence = F.Evidence(line.number, line.raw, read_to=parsed.read_to, repeated=ray_repeats(line.raw),
-                              pid=parsed.pid)
+                              pid=parsed.pid, host=parsed.host)
         out.append(parsed.cls(evidence=evidence, rank=rank, **values, **extra))
         out.extend(F.UnreadLine(evidence=evidence, rank=rank, reason=f"{parsed.cls.__name__}: {note}")
                    for note in notes)

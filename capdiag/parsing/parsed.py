@@ -19,6 +19,7 @@ class Parsed:
     values: dict[str, Any]
     read_to: Optional[int] = None  # the line is damaged after this column: only the text before it was read
     pid: Optional[int] = None  # the process that printed it, where its process tag names one
+    host: Optional[str] = None  # the label of the outermost process tag (Evidence.host)
 
 
 def parse_to_damage(parse: Callable[[str], Tree], text: str) -> Optional[tuple[Tree, Optional[int]]]:

@@ -74,9 +74,10 @@ class _Lines(Transformer):
         return (name.lower(), int(tag[len(name):]))
 
     def prefix(self, items):
-        """(the rank its tags name, the pid its Ray tag names)."""
+        """(the rank its tags name, the pid and the label its Ray tag names)."""
         ray = next((read_tag(str(i)) for i in items if isinstance(i, Token) and i.type == "RAY_TAG"), None)
-        return F.Rank(**{k: v for k, v in (i for i in items if isinstance(i, tuple))}), ray.pid if ray else None
+        return (F.Rank(**{k: v for k, v in (i for i in items if isinstance(i, tuple))}),
+                ray.pid if ray else None, ray.label if ray else None)
 
     def gpu_tag(self, items):
         return F.Rank(tp=int(items[-1]))
@@ -272,13 +273,13 @@ class _Lines(Transformer):
         body = items[-1]
         if body is None:
             return None
-        rank, pid = F.NO_RANK, None
+        rank, pid, host = F.NO_RANK, None, None
         for item in items[:-1]:
             if isinstance(item, tuple):  # the prefix
-                item, pid = item
+                item, pid, host = item
             if isinstance(item, F.Rank):
                 rank = attrs.evolve(rank, **{k: v for k, v in attrs.asdict(item).items() if v is not None})
-        return Parsed(rank, body[0], body[1], pid=pid)
+        return Parsed(rank, body[0], body[1], pid=pid, host=host)
 
 
 @lru_cache(maxsize=1)

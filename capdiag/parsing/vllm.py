@@ -15,7 +15,7 @@ from capdiag.parsing.prose import (capability, convert, name_numbers, named_quan
                                    split_quantity)
 from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
 from capdiag.parsing.lalr import lalr_parser
-from capdiag.parsing.process_tag import ProcessTag, read_tag
+from capdiag.parsing.process_tag import read_tag
 from capdiag.source import open_brackets
 
 
@@ -47,7 +47,8 @@ _ASSIGNED_BEFORE = (("in world size", "world_size"), ("dp rank", "dp"), ("pp ran
 class _Lines(Transformer):
     def header(self, items):
         tags = [str(t) for t in items if isinstance(t, Token) and t.type == "PROC_TAG"]
-        return read_tag(tags[-1]) if tags else None  # Ray nests: the innermost tag is the worker
+        # Ray nests: the innermost tag is the worker, the outermost the server hosting it
+        return (read_tag(tags[-1]), read_tag(tags[0]).label) if tags else None
 
     def level_part(self, _):
         return None
@@ -370,10 +371,10 @@ class _Lines(Transformer):
         body = items[-1]
         if body is None:
             return None
-        tag = items[0] if len(items) > 1 and isinstance(items[0], ProcessTag) else None
+        tag, host = items[0] if len(items) > 1 and isinstance(items[0], tuple) else (None, None)
         rank, pid = (tag.rank, tag.pid) if tag is not None else (F.NO_RANK, None)
         bodies = body if isinstance(body, list) else [body]
-        return [Parsed(rank, cls, values, pid=pid) for cls, values in bodies]
+        return [Parsed(rank, cls, values, pid=pid, host=host) for cls, values in bodies]
 
 
 def argv_launch(argv: list[str]):

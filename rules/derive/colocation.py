@@ -8,7 +8,7 @@ from capdiag.rules._common import line_ref
 # The option that lets a trainer take the GPU back between rollouts, per framework: vLLM's sleep
 # mode (`LLM.sleep()` frees the weights and the KV cache), SGLang's memory saver
 # (`release_memory_occupation`). verl, OpenRLHF and slime start their rollout servers with it.
-_OPTIONS = {"sglang": (F.ServerArgs, "enable_memory_saver"), "vllm": (F.VllmArgs, "enable_sleep_mode")}
+_OPTIONS = ((F.ServerArgs, "enable_memory_saver"), (F.VllmArgs, "enable_sleep_mode"))
 
 
 def _on(value) -> bool:
@@ -27,7 +27,7 @@ def colocated(kb):
     stated → not concluded: both default to off, and an unstated option says nothing.
 
     Example: verl's `['serve', MODEL, …, '--enable_sleep_mode', …]`."""
-    for framework, (kind, name) in _OPTIONS.items():
+    for kind, name in _OPTIONS:
         for fact in kb.of(kind, role=None):
             if name in fact.fields:
                 yield Derived("config", "sleep_mode", _on(fact.fields[name]), "config.colocated", (fact,),
@@ -39,7 +39,7 @@ def colocated(kb):
                       f"engine config enable_sleep_mode={engine.fields['enable_sleep_mode']} ({line_ref(engine)})")
         return
     command = kb.first(F.LaunchCommand, role=None)
-    for _, name in _OPTIONS.values():
+    for _, name in _OPTIONS:
         if command is not None and name in command.args:
             value = command.args[name]
             yield Derived("config", "sleep_mode", value is None or _on(value), "config.colocated", (command,),

@@ -124,7 +124,7 @@ def _project(kb: Knowledge, rules: tuple[Rule, ...], changes: dict[str, Any], le
     then = projection.detail["then"]
     findings = [d for d in then.topic("finding") if isinstance(d, Finding)]
     appear = set(projection.value["findings_appear"])
-    context = then.value("config", "context_len")
+    context = then.value("config", "context_len") or then.value("config", "max_model_len")
     # requests longer than the projected context are refused, not queued: no concurrency to claim
     row = then.get("concurrency", length) if not (isinstance(context, int) and 0 < context < length) else None
     return Trial(frozenset(projection.value["findings_disappear"]),
