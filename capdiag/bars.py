@@ -29,7 +29,8 @@ STYLE: dict[str, tuple[str, str, str, str, str]] = {
     "draft_weights": ("w", "▓", "94", "#7fb8d8", "#8fc3e6"),
     "draft_kv_cache": ("k", "▓", "92", "#7fcfb9", "#8fdcc6"),
     "draft_cuda_graph": ("g", "▓", "93", "#f2cf80", "#f5d99a"),
-    "other": ("O", "█", "31", "#d55e00", "#f0782a"),
+    "activation": ("A", "▒", "33", "#f0e442", "#f5ec6e"),
+    "unattributed": ("U", "█", "31", "#d55e00", "#f0782a"),
     "free": (".", "░", "90", "#e4e4e4", "#3c3c3c"),
     UNSTATED: ("?", "·", "2", "#ffffff", "#1b1b1b"),
 }

@@ -8,7 +8,7 @@ import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterator
 
-from capdiag import bars, timeseries
+from capdiag import bars, text_tables, timeseries
 from capdiag.cache import cache_dir
 from capdiag.printable import printable_data
 from capdiag.rows import iterencode, pieces
@@ -65,7 +65,8 @@ def _env() -> "jinja2.Environment":
                              bytecode_cache=jinja2.FileSystemBytecodeCache(str(directory)) if directory else None)
     env.filters.update(num=_num, clip=_clip, md=_md, pct=_pct, line_anchor=bars.line_anchor)
     env.globals.update(text_bars=bars.text_bars, bar_cells=bars.bar_cells, html_view=bars.html_view,
-                       sparkline=timeseries.sparkline, runtime_chart=timeseries.chart)
+                       sparkline=timeseries.sparkline, runtime_chart=timeseries.chart,
+                       table=text_tables.table)
     return env
 
 
@@ -101,11 +102,14 @@ def render_plan(report: dict[str, Any], fmt: str) -> str:
     return _env().get_template("plan.md.j2" if fmt == "markdown" else "plan.txt.j2").render(p=report)
 
 
-def render_diff(report: dict[str, Any], fmt: str) -> str:
+def render_diff(report: dict[str, Any], fmt: str, width: int = DEFAULT_WIDTH) -> str:
+    """The diff document; its text laid out and wrapped to `width` columns."""
     report = printable_data(report)
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-    return _env().get_template("diff.md.j2" if fmt == "markdown" else "diff.txt.j2").render(d=report)
+    if fmt == "markdown":
+        return _env().get_template("diff.md.j2").render(d=report)
+    return wrap(_env().get_template("diff.txt.j2").render(d=report, width=width), width)
 
 
 # A spreadsheet runs a cell that opens with one of these as a formula (`=HYPERLINK(…)` from a

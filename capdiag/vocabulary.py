@@ -17,11 +17,19 @@ GIB = 1 << 30
 # What a start-up leaves resident on a GPU, bottom to top of a rank's stacked bar.
 HELD = ("framework", "weights", "kv_cache", "mamba_state", "cuda_graph", "draft_weights", "draft_kv_cache",
         "draft_cuda_graph")
-# A rank's bar: what is held, then what no log line explains (measured against nvidia-smi), then free.
-SEGMENTS = HELD + ("other", "free")
+# A rank's bar, bottom to top: what is held, vLLM's profiled activation peak, what no log line
+# names (SGLang), then free: the breakdown's top-level rows, which sum to the GPU total.
+SEGMENTS = HELD + ("activation", "unattributed", "free")
 # The breakdown table's rows: vLLM's profiled activation peak sits with the target model's
-# rows; `unattributed` is what free-before-weights minus the rows leaves.
-BREAKDOWN = HELD[:5] + ("activation",) + HELD[5:] + ("unattributed", "other", "free")
+# rows; `unattributed` (SGLang: free before weights less the rows and the free memory) and
+# `unstated` (vLLM: the GPU total less the rows) are the residual no line names, and `other`,
+# nvidia-smi's later reading of that unnamed memory, is a row within the residual.
+BREAKDOWN = HELD[:5] + ("activation",) + HELD[5:] + ("unattributed", "unstated", "other", "free")
+# Each framework's residual row, and the rows nested in another (row: its parent, by framework).
+RESIDUAL = {"sglang": "unattributed", "vllm": "unstated"}
+NESTED = {"other": RESIDUAL}
+# The rows a log line names: what nvidia-smi's used memory is compared with.
+NAMED = HELD + ("activation",)
 # Held since the weights began to load: free memory before the weights load, less these and the
 # free memory at the end, is what no row explains (the framework's part came before).
 HELD_SINCE_WEIGHTS = ("weights", "kv_cache", "cuda_graph", "mamba_state", "draft_weights", "draft_kv_cache",

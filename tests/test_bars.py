@@ -104,12 +104,12 @@ def test_figures_over_the_total_stretch_the_scale():
 
 
 def test_empty_rank_and_negative_segment():
-    r = report([[], [("weights", 10.0), ("other", -0.5), ("free", 10.0)]], total=20.0)
+    r = report([[], [("weights", 10.0), ("unattributed", -0.5), ("free", 10.0)]], total=20.0)
     tb = bars.text_bars(r, width=20)
     assert tb["rows"][0]["empty"] and len(tb["rows"][0]["plain"]) == 20
     second = tb["rows"][1]
     assert second["plain"] == "W" * 10 + "." * 10
-    assert next(s for s in second["segments"] if s["category"] == "other")["negative"]
+    assert next(s for s in second["segments"] if s["category"] == "unattributed")["negative"]
 
 
 def test_plain_and_coloured_bars():

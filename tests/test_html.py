@@ -354,6 +354,10 @@ def test_in_a_real_browser(chromium, tmp_path):
     landed = [n for n in dom.iter() if n.attrs.get("id") == f"L{cited}"]
     assert len(landed) == 1 and landed[0].find_all("span", "no")[0].text == str(cited)
     assert not dom.find_all("script")
+    # nvidia-smi's `other` is drawn within the row it belongs to, not beside it as one more share
+    nested = dom.find_all("tr", "nested")
+    assert [tr.attrs["data-parent"] for tr in nested] == [r["parent"] for r in report["breakdown"] if r["parent"]]
+    assert nested and nested[0].find_all("span", "nest")
 
     # a screenshot, kept for people to look at
     ARTIFACTS.mkdir(exist_ok=True)

@@ -16,6 +16,9 @@ _WEIGHT_LINES = (F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.Weight
 _KV_LINES = (F.PostCaptureKVSizing, F.KVCacheAllocated, F.SWAKVPoolUsage, F.DSV4MemoryCalculation, F.LoadWeightEnd,
              F.MemoryPoolEnd, F.MambaCacheAllocated)
 _GRAPH_LINES = (F.GraphCaptureEnd, F.GraphCaptureBegin, F.ServerArgs)
+# said of a log and of a server's endpoints alike: neither is named, the missing figure is
+BEFORE_WEIGHTS_UNSTATED = ("the free memory before the weights load is not stated for this rank "
+                           "(the start-up log's `Load weight begin` line)")
 
 
 def row(category, value, status, rule_name, premises, formula):
@@ -41,7 +44,7 @@ def _weights(kb, rank, role, category, rule_name):
     if kb.of(F.WeightsCommitted, rank=rank, role=None):
         return row(category, Unknown("weights load in overlap mode: the end line carries no memory "
                                      "figure"), "unknown", rule_name, kb.of(F.WeightsCommitted, rank=rank, role=None), "")
-    return row(category, Unknown("the log shows no completed weight load with a memory figure "
+    return row(category, Unknown("no completed weight load with a memory figure is stated "
                                  "for this rank"), "unknown", rule_name, (begin, end), "")
 
 
@@ -163,10 +166,10 @@ def _graphs(kb, rank, role, category, rule_name):
         if role == "target" and args is not None and args.fields.get("disable_cuda_graph") is True:
             return row(category, 0.0, "derived", rule_name, (args,), "server_args disable_cuda_graph=True")
         if begins:
-            return row(category, Unknown("capture began but no capture finished in the log"),
+            return row(category, Unknown("capture began but no capture finished"),
                        "unknown", rule_name, begins, "")
         return None if role == "draft" else row(
-            category, Unknown("the log shows no graph capture for this rank"), "unknown", rule_name, (), "")
+            category, Unknown("no graph capture is stated for this rank"), "unknown", rule_name, (), "")
     known = [e for e in ends if e.mem_usage_gib is not None]
     if not known:
         return row(category, Unknown("the capture-end lines print no memory figure (before v0.4.3.post3)"),
@@ -250,7 +253,7 @@ def framework(kb):
         return
     begin = kb.first(F.LoadWeightBegin, rank)
     if begin is None:
-        yield row("framework", Unknown("the log has no `Load weight begin` line for this rank"),
+        yield row("framework", Unknown(BEFORE_WEIGHTS_UNSTATED),
                   "unknown", "breakdown.framework", (), "")
         return
     caveat = avail_caveat(kb)
@@ -305,7 +308,7 @@ def free(kb):
         yield row("free", last.avail_gib, "measured", "breakdown.free", (last,),
                   f"free memory at the last reading of start-up ({line_ref(last)})")
     else:
-        yield row("free", Unknown("the log prints no free-memory reading after the pools"),
+        yield row("free", Unknown("no free-memory reading after the pools is stated"),
                   "unknown", "breakdown.free", (), "")
 
 
@@ -328,7 +331,16 @@ def unattributed(kb):
     begin = kb.first(F.LoadWeightBegin, rank) if rank is not None else None
     rows = [kb.get("breakdown", c) for c in ("free",) + HELD_SINCE_WEIGHTS]
     present = [r for r in rows if r is not None]
-    if begin is None or rows[0] is None or rows[3] is None:
+    if rank is None:
+        return
+    if begin is None:
+        yield row("unattributed", Unknown(BEFORE_WEIGHTS_UNSTATED), "unknown",
+                  "breakdown.unattributed", present, "")
+        return
+    if rows[0] is None or rows[3] is None:
+        gone = "free" if rows[0] is None else "cuda_graph"
+        yield row("unattributed", Unknown(f"needs every category: no {gone} row"), "unknown",
+                  "breakdown.unattributed", (begin, *present), "")
         return
     if not all(r.known for r in present):
         missing = ", ".join(r.key for r in present if not r.known)

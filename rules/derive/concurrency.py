@@ -28,7 +28,7 @@ def concurrency(kb):
     dp = kb.value("config", "dp_size")
     for length in lengths:
         if budget is None:
-            yield Derived("concurrency", length, Unknown("the log has no max_total_num_tokens line"),
+            yield Derived("concurrency", length, Unknown("the pool's token budget (`max_total_num_tokens`) is not stated"),
                           "concurrency", (options,) if options else ())
             continue
         value, formula, detail = limits(budget.max_total_num_tokens, budget.max_running_requests, length, dp)

@@ -43,7 +43,7 @@ def tokens(kb):
         yield Derived("kv_pool", "tokens", dsv4.full_token, "kv-pool.tokens", (dsv4,),
                       f"DSV4 full_token ({line_ref(dsv4)})")
     else:
-        yield Derived("kv_pool", "tokens", Unknown("the log prints no pool token count"), "kv-pool.tokens")
+        yield Derived("kv_pool", "tokens", Unknown("no pool token count is stated"), "kv-pool.tokens")
 
 
 @rule("kv-pool.bytes-per-token", frameworks=("sglang",),

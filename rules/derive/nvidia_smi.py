@@ -5,7 +5,7 @@ from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import gib, target
 from capdiag.rules.derive.breakdown import row
-from capdiag.vocabulary import HELD  # what holds memory at the end of start-up (activation peaks are released)
+from capdiag.vocabulary import NAMED
 
 SPREAD_GIB = 1.0  # a rank whose used memory differs from the median by more than this is named
 
@@ -115,20 +115,23 @@ def processes(kb):
 
 
 @rule("breakdown.other",
-      reads=("target_rank", "nvidia_smi", "nvidia_smi:mig?", *(f"breakdown:{c}?" for c in HELD)),
+      reads=("target_rank", "nvidia_smi", "nvidia_smi:mig?", *(f"breakdown:{c}?" for c in NAMED)),
       concludes=("breakdown:other",))
 def other(kb):
     """What it concludes: `breakdown.other`: the GiB in use on the rank's GPU that no log line
-    explains.
+    names, as nvidia-smi reads it.
 
-    How: Memory in use that no line accounts for — nvidia-smi's used memory on the target rank's GPU
-    minus every category the log explains (framework, weights, KV cache, Mamba state, CUDA graphs,
-    and the draft model's). It holds DeepGEMM/JIT workspaces, NCCL growth, allocator fragmentation
-    and other tenants. Without nvidia-smi, or with a category unknown, it stays unknown. nvidia-smi
-    was sampled after start-up, so traffic since then counts too.
+    How: nvidia-smi's used memory on the target rank's GPU minus every row a log line names
+    (framework, weights, KV cache, Mamba state, CUDA graphs, the draft model's, and vLLM's profiled
+    activation peak, which the allocator keeps once traffic has run). It is the residual row's
+    unnamed memory read again, later — SGLang's `unattributed`, vLLM's `unstated` less what
+    nvidia-smi shows free — so the report nests it under that row: with traffic since start-up it
+    also holds what requests took from the free memory. It holds DeepGEMM/JIT workspaces, NCCL
+    growth, allocator fragmentation and other tenants. Without nvidia-smi, or with a row unknown,
+    it stays unknown.
 
     Example: nvidia-smi's `0, 66120 MiB, 14960 MiB` for the rank's GPU: 64.57 GiB used, less every
-    category the log explains."""
+    row the log names."""
     rank = target(kb)
     if rank is None:
         return
@@ -141,7 +144,7 @@ def other(kb):
         yield row("other", Unknown("needs the GPU's measured used memory: give --nvidia-smi-file"),
                   "unknown", "breakdown.other", (), "")
         return
-    parts = [kb.get("breakdown", c) for c in HELD if kb.get("breakdown", c) is not None]
+    parts = [kb.get("breakdown", c) for c in NAMED if kb.get("breakdown", c) is not None]
     missing = [p.key for p in parts if not p.known]
     if missing or kb.get("breakdown", "framework") is None:
         yield row("other", Unknown(f"needs every category; unknown: {', '.join(missing) or 'framework'}"),
@@ -151,4 +154,5 @@ def other(kb):
     value = gib(used - sum(p.value for p in parts))
     yield row("other", value, "derived", "breakdown.other", (smi, *parts),
               f"nvidia-smi used {smi.value['used_mib']} MiB = {used:.2f} GiB − "
-              + " − ".join(f"{p.key} {p.value}" for p in parts) + " GiB (sampled after start-up)")
+              + " − ".join(f"{p.key} {p.value}" for p in parts)
+              + " GiB: the unnamed memory read by nvidia-smi, after start-up (traffic since counts too)")

@@ -43,14 +43,15 @@ _SEGMENT_SOURCES = {
                                "prefill_cuda_graph_mem_usage_gib")),
                ("free", ("available_gpu_mem_gib",)), ("free", ("cuda_graph_end_avail_gib",))),
     "vllm": (("weights", ("model_loading_gib",)), ("kv_cache", ("available_kv_cache_gib",)),
-             ("cuda_graph", ("graph_capture_gib",)), ("framework", ("non_torch_memory_gib",))),
+             ("cuda_graph", ("graph_capture_gib",)), ("framework", ("non_torch_memory_gib",)),
+             ("activation", ("activation_peak_gib",))),
 }
 
 
 
 
 @rule("ranks.memory",
-      reads=(F.Fact, "observed", "gpu:total_gib", "target_rank", "breakdown", "nvidia_smi?"),
+      reads=(F.Fact, "observed", "gpu:total_gib", "target_rank", "breakdown"),
       concludes=("rank_memory",))
 def rank_memory(kb):
     """What it concludes: `rank_memory.<rank>`: each rank's memory by category, for the per-rank table
@@ -58,9 +59,12 @@ def rank_memory(kb):
 
     How: Each rank's memory by category, from the figures that rank printed (for the per-rank bars):
     weights, KV cache, Mamba state, CUDA graphs (every capture of the rank), free at the end;
-    framework = GPU total − free before weights (SGLang) or non-torch memory (vLLM); and, with
-    nvidia-smi and every category known, other = the rank's used memory − the categories. The target
-    rank takes the breakdown's rows. A category a rank did not print is left out, not zero.
+    framework = GPU total − free before weights (SGLang) or non-torch memory (vLLM); vLLM's
+    activation peak; and SGLang's unattributed = free before weights − free at the end − the rows
+    between, when the rank printed weights, KV and a free reading. These are the breakdown's
+    top-level rows, which sum to the GPU total; nvidia-smi's readings stand beside them in the
+    per-rank table. The target rank takes the breakdown's rows. A category a rank did not print is
+    left out, not zero.
 
     Example: `[TP1] Load weight end. … mem usage=7.49 GB.` fills TP1's weights."""
     vllm = bool(kb.of(F.VllmVersion, F.VllmEngineConfig, F.VllmModelLoading, F.VllmKVCacheSize, role=None))
@@ -87,12 +91,10 @@ def rank_memory(kb):
         begin = observed.get("load_weight_begin_avail_gib")
         if not vllm and begin is not None and total is not None and total.known:
             segments["framework"] = round(total.value - begin, 2)
-        smi = kb.get("nvidia_smi", key)
-        if smi is not None and smi.value["used_mib"] is not None and \
-                {"framework", "weights", "kv_cache"} <= set(segments):
-            held = sum(v for c, v in segments.items() if c != "free")
-            segments["other"] = round(smi.value["used_mib"] / 1024 - held, 2)
+        if not vllm and begin is not None and {"weights", "kv_cache", "free"} <= set(segments):
+            named = sum(v for c, v in segments.items() if c not in ("framework", "free"))
+            segments["unattributed"] = round(begin - segments["free"] - named, 2)
         if segments:
-            premises = tuple(by_rank.get(key, ())) + tuple(p for p in (total, smi) if p)
+            premises = tuple(by_rank.get(key, ())) + tuple(p for p in (total,) if p)
             yield Derived("rank_memory", key, segments, "ranks.memory", premises,
                           ", ".join(f"{c} {v}" for c, v in segments.items()) + " GiB")

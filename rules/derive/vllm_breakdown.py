@@ -9,6 +9,7 @@ from capdiag import facts as F
 from capdiag.engine import Unknown, rule
 from capdiag.rules._common import gib, line_ref, target
 from capdiag.rules.derive.breakdown import row
+from capdiag.vocabulary import NAMED
 
 
 def lines_of(kb, kind) -> list:
@@ -83,7 +84,7 @@ def weights(kb):
             yield row("weights", value, "measured", "vllm.breakdown.weights", via(kb, fact),
                       f"{what} ({line_ref(fact)}){from_rank(kb, fact)}")
             return
-    yield row("weights", Unknown("the log shows no model-loading figure for this rank"
+    yield row("weights", Unknown("no model-loading figure is stated for this rank"
                                  + silent(kb, F.VllmModelLoading, F.VllmMemoryProfile)), "unknown",
               "vllm.breakdown.weights", (), "")
 
@@ -127,7 +128,7 @@ def kv_cache(kb):
         value, facts, formula = xpu
         yield row("kv_cache", value, "derived", "vllm.breakdown.kv-cache", facts, formula)
     else:
-        yield row("kv_cache", Unknown("the log prints no KV-cache memory figure for this rank"
+        yield row("kv_cache", Unknown("no KV-cache memory figure is stated for this rank"
                                       + silent(kb, F.VllmAvailableKV, F.VllmMemoryProfile)), "unknown",
                   "vllm.breakdown.kv-cache", (), "")
 
@@ -185,7 +186,7 @@ def cuda_graph(kb):
         yield row("cuda_graph", 0.0, "derived", "vllm.breakdown.cuda-graph", via(kb, cpu),
                   f"the CPU backend ({line_ref(cpu)}) captures no CUDA graphs")
     else:
-        yield row("cuda_graph", Unknown("the log shows no graph-capture figure for this rank"
+        yield row("cuda_graph", Unknown("no graph-capture figure is stated for this rank"
                                         + silent(kb, F.VllmGraphCapture, F.VllmGraphPool)), "unknown",
                   "vllm.breakdown.cuda-graph", (), "")
 
@@ -238,7 +239,7 @@ def framework(kb):
                   via(kb, consumed) + (weights_row,), f"consumed (weights + non-torch) {value} − weights {weights_row.value} GiB "
                   f"({line_ref(consumed)})")
         return
-    yield row("framework", Unknown("the log prints no non-torch memory figure"), "unknown",
+    yield row("framework", Unknown("no non-torch memory figure is stated"), "unknown",
               "vllm.breakdown.framework", (), "")
 
 
@@ -277,7 +278,7 @@ def budget(kb):
         given = kb.get("gpu", "total_gib")
         total_fact, total = (given, given.value) if given is not None and given.known else (None, None)
     if total is None:
-        yield row("budget", Unknown("needs the GPU total, which the log does not print (give --gpu or "
+        yield row("budget", Unknown("needs the GPU total, which the inputs do not state (give --gpu or "
                                     "--gpu-total-gib)"), "unknown", "vllm.breakdown.budget", (util,), "")
         return
     if usable is not None:
@@ -291,3 +292,44 @@ def budget(kb):
     else:
         yield row("budget", Unknown(f"needs gpu_memory_utilization: {util.value.reason}"), "unknown",
                   "vllm.breakdown.budget", (total_fact, util), "")
+
+
+@rule("vllm.breakdown.unstated", frameworks=("vllm",),
+      reads=("target_rank", "gpu:total_gib", "breakdown:budget?", *(f"breakdown:{c}?" for c in NAMED)),
+      concludes=("breakdown:unstated",))
+def unstated(kb):
+    """What it concludes: `breakdown.unstated`: the GiB of the GPU that no vLLM row places.
+
+    How: The GPU total less every row the log names (non-torch memory, weights, KV cache, CUDA
+    graphs, the profiled activation peak), so the breakdown's top-level rows sum to the GPU. It is
+    mostly what `gpu_memory_utilization` leaves outside vLLM's budget (total − budget, shown beside
+    it), less graphs captured outside that budget. The rows are read at different moments of
+    start-up, so a small negative value is rounding and timing, not a fault. A row the log does not
+    state (non-torch memory before 0.10.2) is in this one, and the derivation says so. Unknown
+    without the GPU total, the weights or the KV cache.
+
+    Example: H100 79.19 GiB − non-torch 0.30 − weights 14.99 − KV 56.07 − graphs 0.50 − activation
+    1.19 = 6.14 GiB; the budget at utilization 0.92 leaves 6.34 GiB outside it."""
+    if target(kb) is None:
+        return
+    total = kb.get("gpu", "total_gib")
+    parts = [kb.get("breakdown", c) for c in NAMED if kb.get("breakdown", c) is not None]
+    if total is None or not total.known:
+        reason = total.value.reason if total is not None else "not stated in the inputs"
+        yield row("unstated", Unknown(f"needs the GPU total: {reason}"), "unknown", "vllm.breakdown.unstated",
+                  (total, *parts), "")
+        return
+    known = [p for p in parts if p.known]
+    missing = [p.key for p in parts if not p.known]
+    if any(p.key in ("weights", "kv_cache") for p in parts if not p.known):
+        yield row("unstated", Unknown(f"needs the weights and the KV cache; unknown: {', '.join(missing)}"),
+                  "unknown", "vllm.breakdown.unstated", (total, *parts), "")
+        return
+    value = gib(total.value - sum(p.value for p in known))
+    spent = kb.get("breakdown", "budget")
+    outside = (f"; total − budget {spent.value} = {gib(total.value - spent.value)} GiB lies outside what vLLM "
+               "may use" if spent is not None and spent.known else "")
+    yield row("unstated", value, "derived", "vllm.breakdown.unstated", (total, *parts, spent),
+              f"GPU total {total.value} − " + " − ".join(f"{p.key} {p.value}" for p in known) + f" GiB{outside}"
+              + (f"; the log does not state {', '.join(missing)}, so it is in this row" if missing else "")
+              + ("; below zero: the rows were read at different moments" if value < 0 else ""))
