@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from capdiag.errors import InputError
+from capdiag.rules import FINDINGS
 from capdiag.gating import fingerprint, identity, read_baseline
 from capdiag.policy import load_policy
 from helpers import SHARED, TESTS, fixture, needs_shared, run_entry
@@ -127,7 +128,7 @@ def test_sarif_is_valid_2_1_0_with_rules_locations_and_fingerprints(monkeypatch,
     jsonschema.validate(doc, sarif_schema())
     run = doc["runs"][0]
     rules = run["tool"]["driver"]["rules"]
-    assert len(rules) == 31 and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
+    assert len(rules) == len(FINDINGS) and rules[1]["id"] == "CD102" and rules[1]["name"] == "out-of-memory"
     assert rules[1]["defaultConfiguration"]["level"] == "error" and "**What to do.**" in rules[1]["help"]["markdown"]
     oom = next(r for r in run["results"] if r["ruleId"] == "CD102")
     assert oom["level"] == "error"
@@ -227,14 +228,14 @@ def test_junit_parses_back_with_failure_skipped_and_error(monkeypatch, capsys, t
     suites = root.findall("testsuite")
     assert code == 2 and len(suites) == 2
     oom, missing = suites
-    assert oom.get("tests") == "31" and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
+    assert oom.get("tests") == str(len(FINDINGS)) and int(oom.get("failures")) >= 2 and oom.get("errors") == "0"
     failure = oom.find("testcase[@classname='capdiag.CD102']/failure")
     assert failure.get("type") == "error" and "out of memory" in failure.text.lower() and "line " in failure.text
     skipped = oom.find("testcase[@classname='capdiag.CD106']/skipped")
     assert skipped.get("message") == ("insufficient evidence: needs the memory no log line explains (`other`) "
                                       "(needs the GPU's measured used memory: give --nvidia-smi-file)")
     assert oom.find("testcase[@classname='capdiag.CD105']/skipped").get("message") == "applies to vllm logs only"
-    assert missing.get("errors") == "31" and "no such file" in missing.find("testcase/error").get("message")
+    assert missing.get("errors") == str(len(FINDINGS)) and "no such file" in missing.find("testcase/error").get("message")
 
 
 def test_github_commands_are_escaped_and_summary_appended(monkeypatch, capsys, tmp_path):
@@ -366,9 +367,9 @@ def test_rules_that_cannot_judge_say_which_input_is_missing():
     from capdiag.report import build
     report = build(analyse(WEIGHTS_ONLY))
     reasons = {n["rule"]: n["reason"] for n in report["not_judged"]}
-    assert reasons["thin-headroom"] == ("needs the memory free at the end of start-up (the log prints no free-memory "
-                                        "reading after the pools)")
-    assert reasons["low-concurrency"] == "needs the KV pool's token count (the log prints no pool token count)"
+    assert reasons["thin-headroom"] == ("needs the memory free at the end of start-up (no free-memory "
+                                        "reading after the pools is stated)")
+    assert reasons["low-concurrency"] == "needs the KV pool's token count (no pool token count is stated)"
     assert reasons["context-exceeds-kv"].startswith("needs the KV pool's token count")
     assert "give --nvidia-smi-file" in reasons["unexplained-memory"]
     assert reasons["kv-head-replication"] == "needs the model's config.json (give --config-json)"
@@ -386,7 +387,7 @@ def test_a_rule_that_fires_is_never_listed_as_not_judged():
 
 
 def test_every_gate_format_shows_unknowns_as_skipped_with_the_reason(monkeypatch, capsys, tmp_path):
-    reason = "needs the memory free at the end of start-up (the log prints no free-memory reading after the pools)"
+    reason = "needs the memory free at the end of start-up (no free-memory reading after the pools is stated)"
     code, out, _ = gate(monkeypatch, capsys, WEIGHTS_ONLY)
     assert code == 1 and f"skipped  CD110 thin-headroom: could not judge — {reason}" in out
     assert "8 rule(s) could not judge" in out.splitlines()[0]  # excess-headroom does not apply to a failure; fp8-kv-opportunity needs a stated KV dtype
@@ -501,3 +502,19 @@ def test_explain_reports_show_the_rules_that_could_not_judge(monkeypatch, capsys
                                 '<span class="code">CD110</span> <code>thin-headroom</code> — needs the memory free')):
         code, out, _ = run_entry(monkeypatch, capsys, "explain", WEIGHTS_ONLY, "--format", fmt, "--color", "never")
         assert code == 0 and heading in out and line in out, fmt
+
+
+def test_an_annotation_points_at_the_line_of_the_value_it_judges(tmp_path, monkeypatch, capsys):
+    """rank-imbalance on a TP2 start-up whose TP1 is short: each annotation lands on TP1's line
+    (the rank that binds), not on TP0's, which is the normal one."""
+    log = tmp_path / "tp2.log"
+    log.write_text(Path(fixture("mla_tp2.log")).read_text()
+                   .replace("TP1] Load weight begin. avail mem=77.50", "TP1] Load weight begin. avail mem=76.00")
+                   .replace("avail mem=61.25 GB, mem usage=16.25", "avail mem=59.75 GB, mem usage=16.25"))
+    code, out, _ = run_entry(monkeypatch, capsys, "gate", str(log), "--format", "github", "--fail-on", "error")
+    lines = log.read_text().splitlines()
+    found = [line for line in out.splitlines() if "title=CD112" in line]
+    assert len(found) == 2, out
+    for annotation in found:
+        at = int(annotation.split(",line=")[1].split(",")[0])
+        assert lines[at - 1].startswith("[2025-09-11 10:0") and " TP1] " in lines[at - 1], (annotation, lines[at - 1])

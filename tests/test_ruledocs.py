@@ -31,7 +31,7 @@ def test_rule_is_documented(r):
 
 
 def test_codes_and_names_are_unique():
-    assert len({r.code for r in FINDINGS}) == len({r.name for r in FINDINGS}) == len(FINDINGS) == 31
+    assert len({r.code for r in FINDINGS}) == len({r.name for r in FINDINGS}) == len(FINDINGS) == 32
 
 
 def test_issue_slugs_are_all_present():
@@ -40,7 +40,7 @@ def test_issue_slugs_are_all_present():
     fp8-kv-opportunity request-limit-binds context-exceeds-kv cuda-graph-heavy cuda-graph-estimate-off pp-stage-skew
     dp-attention-budget speculative-draft-memory swa-compressed-kv moe-expert-buffers gpu-capacity-ambiguous
     utilization-too-high low-concurrency startup-failed kv-capacity-binds request-limit-binds-traffic kv-retractions
-    weights-exceed-budget pool-capped observed-lengths""".split()
+    weights-exceed-budget pool-capped observed-lengths figures-exceed-gpu""".split()
     assert sorted(wanted) == sorted(r.name for r in FINDINGS)
 
 
@@ -52,7 +52,7 @@ def test_find_rule_by_name_or_code():
 
 def test_cli_lists_rules(monkeypatch, capsys):
     code, out, _ = run_entry(monkeypatch, capsys, "rules")
-    assert code == 0 and len(out.splitlines()) == 31
+    assert code == 0 and len(out.splitlines()) == 32
     assert out.splitlines()[0].startswith("CD101  startup-incomplete")
 
 
@@ -82,7 +82,7 @@ def test_derivation_rule_is_documented(r):
 def test_the_folder_says_what_a_rule_is():
     assert {ruledocs.kind(r) for r in FINDINGS} == {"finding"}
     assert {ruledocs.kind(r) for r in DERIVATIONS} == {"derive", "what-if", "plan", "diff"}
-    assert len(DERIVE) == 50 and len({r.name for r in DERIVATIONS}) == len(DERIVATIONS)
+    assert len(DERIVE) == 51 and len({r.name for r in DERIVATIONS}) == len(DERIVATIONS)
 
 
 def test_cli_lists_and_prints_derivation_rules(monkeypatch, capsys):
