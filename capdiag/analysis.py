@@ -35,6 +35,8 @@ class Analysis:
     # each finding's proven changes, by rule (rules/what_if/remedies.py); kept beside the
     # knowledge, whose conclusions are exactly the rules' firings
     remedies: Any = None
+    # a probe's endpoints, each (path, HTTP status) as asked; empty for a log
+    endpoints: tuple = ()
 
 
 @frozen
@@ -202,5 +204,8 @@ def _analyse_reading(name: str, reading: Reading, *, launch: Optional[int] = Non
 
 
 def _options_text(target_rank, token_lengths) -> str:
-    return (f"--target-rank {target_rank if target_rank is not None else 'tp0'} "
-            f"--token-lengths {','.join(str(n) for n in token_lengths)}")
+    """The options as their evidence line shows them: what was given, and the request lengths
+    (the concurrency table's input) marked when they are the default."""
+    lengths = f"--token-lengths {','.join(str(n) for n in token_lengths)}" + (
+        " (the default)" if tuple(token_lengths) == DEFAULT_TOKEN_LENGTHS else "")
+    return (f"--target-rank {target_rank} " if target_rank is not None else "") + lengths

@@ -8,12 +8,12 @@ test suite.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from capdiag import facts as F
 from capdiag.analysis import Analysis, analyse
 from capdiag.arguments import check, check_lengths
-from capdiag.errors import InputError
+from capdiag.errors import FROM_CLI, InputError, for_python, python_errors
 from capdiag.frozen import frozen
 from capdiag.rows import plain
 from capdiag.source import LogInput
@@ -46,6 +46,7 @@ class Category:
     derivation: str  # the arithmetic, or the reason it is unknown
     rule: str
     evidence: tuple[EvidenceLine, ...]
+    parent: Optional[str] = None  # the row this one lies within; None for a top-level row
 
 
 @frozen
@@ -102,7 +103,7 @@ class Report(_Document):
     @property
     def breakdown(self) -> tuple[Category, ...]:
         return tuple(Category(r["category"], r["gib"], r["status"], r["derivation"], r["rule"],
-                              _evidence(r["evidence"])) for r in self._data["breakdown"])
+                              _evidence(r["evidence"]), r["parent"]) for r in self._data["breakdown"])
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -113,10 +114,12 @@ class Report(_Document):
     def concurrency(self) -> tuple[dict, ...]:
         return tuple(self._data["concurrency"])
 
+    @python_errors
     def render(self, fmt: str = "text", *, color: bool = False, width: Optional[int] = None) -> str:
         """The report as `text` (wrapped to `width`, default 100 columns), `markdown`, `html` or `json`."""
         return "".join(self.render_pieces(fmt, color=color, width=width))
 
+    @python_errors
     def render_pieces(self, fmt: str = "text", *, color: bool = False, width: Optional[int] = None) -> Iterator[str]:
         """render() a piece at a time, to be written as it goes (a JSON report is never held whole)."""
         from capdiag.render import FORMATS, render_pieces
@@ -126,6 +129,7 @@ class Report(_Document):
             raise InputError(f"--format {fmt}: one of {', '.join(FORMATS)}")
         return render_pieces(self._data, fmt, color=color, width=width or DEFAULT_WIDTH)
 
+    @python_errors
     def trace(self, rules: Sequence[str] = (), *, width: Optional[int] = None) -> str:
         """The engine's firings (each rule's inputs and value), for `rules` (names, codes or
         patterns like `breakdown.*`; all when empty), and why each of those did not fire."""
@@ -166,6 +170,7 @@ def _analysis(log: LogInput, **inputs: Any) -> Analysis:
     return analyse(log, **analyse_options(**inputs))
 
 
+@python_errors
 def explain(log: LogInput, *, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
             nvidia_smi: Optional[str] = None, config_json: Optional[str] = None, framework: Optional[str] = None,
             target_rank: Union[str, int, None] = None, launch: Optional[int] = None,
@@ -190,23 +195,26 @@ def is_url(log: Any) -> bool:
     return isinstance(log, str) and log.startswith(("http://", "https://"))
 
 
+@python_errors
 def probe(url: Optional[str] = None, *, metrics_files: Sequence[str] = (), headers: Sequence[str] = (),
           token_env: Optional[str] = None, timeout: float = 10.0, verify: Union[bool, str] = True,
           framework: Optional[str] = None, gpu: Optional[str] = None, gpu_total_gib: Optional[float] = None,
           token_lengths: Sequence[int] = DEFAULT_TOKEN_LENGTHS, target_rank: Union[str, int, None] = None,
-          what_if: WhatIfInput = None, interval: Optional[float] = None, **_log_only: Any) -> Report:
+          what_if: WhatIfInput = None, interval: Optional[float] = None,
+          progress: Optional[Callable[[str], None]] = None, **_log_only: Any) -> Report:
     """The report of a running server, from its own endpoints (`url`), or of saved scrapes of its
     `/metrics` (`metrics_files`, oldest first). A server's load and metrics are read twice,
     `interval` seconds apart (default 5, 0 once) for its rates; for saved scrapes `interval` is
-    the seconds between them when they carry no time. Options that only a log has (`launch`,
-    `nvidia_smi`, …) are ignored."""
+    the seconds between them when they carry no time; `progress`, when given, is called with a
+    line to show while the probe waits, and with "" when the wait ends. Options that only a log
+    has (`launch`, `nvidia_smi`, …) are ignored."""
     from capdiag.probe import analyse_probe
     from capdiag.report import build
 
     a = analyse_probe(url, tuple(metrics_files), framework=framework, headers=tuple(headers), token_env=token_env,
                       timeout=check("timeout", timeout), verify=verify, gpu=gpu, gpu_total_gib=gpu_total_gib,
                       token_lengths=check_lengths("token-lengths", token_lengths), target_rank=None if target_rank is None else str(target_rank),
-                      what_if=_what_if(what_if), interval=check("interval", interval))
+                      what_if=_what_if(what_if), interval=check("interval", interval), progress=progress)
     return Report(build(a), a)
 
 
@@ -226,6 +234,7 @@ class GateResult:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(self.render("json"))
 
+    @python_errors
     def render(self, fmt: str = "text", repo_root: Optional[str] = None) -> str:
         """One of gate_render.GATE_FORMATS (text, json, sarif, junit, github, …); `repo_root`
         makes the log paths in SARIF, GitLab and GitHub output relative to it."""
@@ -239,6 +248,7 @@ class GateResult:
         return f"<GateResult {self.status}>"
 
 
+@python_errors
 def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Optional[str] = None,
          baseline: Optional[str] = None, deployment: Optional[str] = None, fail_on_unknown: bool = False,
          **inputs: Any) -> GateResult:
@@ -283,7 +293,8 @@ def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: A
     from capdiag.batch import explain_many as run_many
 
     for item in run_many(logs, report_of, jobs=jobs, **inputs):
-        yield Outcome(item.path, None if item.report is None else Report(item.report), item.error)
+        error = item.error if item.error is None or FROM_CLI.get() else for_python(item.error)
+        yield Outcome(item.path, None if item.report is None else Report(item.report), error)
 
 
 class Plan(_Document):
@@ -294,12 +305,14 @@ class Plan(_Document):
     def verdict(self) -> Optional[str]:
         return self._data["verdict"]
 
+    @python_errors
     def render(self, fmt: str = "text") -> str:
         from capdiag.render import render_plan
 
         return render_plan(self._data, _check_format(fmt))
 
 
+@python_errors
 def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, params: Union[str, float, None] = None,
          layers: Optional[int] = None, kv_heads: Optional[int] = None, head_dim: Optional[int] = None,
          hidden: Optional[int] = None, weight_dtype: Optional[str] = None, kv_dtype: Optional[str] = None,
@@ -376,12 +389,16 @@ def plan(*, config_json: Optional[str] = None, model: Optional[str] = None, para
 class Diff(_Document):
     """Two start-ups compared: configuration, memory per category, capacity, findings."""
 
-    def render(self, fmt: str = "text") -> str:
+    @python_errors
+    def render(self, fmt: str = "text", *, width: Optional[int] = None) -> str:
+        """The diff in `fmt`; text is laid out to `width` columns (default 100)."""
         from capdiag.render import render_diff
+        from capdiag.terminal import DEFAULT_WIDTH
 
-        return render_diff(self._data, _check_format(fmt))
+        return render_diff(self._data, _check_format(fmt), width or DEFAULT_WIDTH)
 
 
+@python_errors
 def diff(before: LogInput, after: LogInput, **inputs: Any) -> Diff:
     """Compare two start-up logs; `inputs` as for explain(), applied to both."""
     from capdiag.report import build_diff

@@ -16,7 +16,7 @@ import click
 from capdiag import __version__, api, ruledocs, terminal
 from capdiag.analysis import read_launches
 from capdiag.api import DEFAULT_FAIL_ON
-from capdiag.errors import InputError, ReaderGone, output_failed, reader_gone
+from capdiag.errors import FROM_CLI, InputError, ReaderGone, output_failed, reader_gone
 from capdiag.render import FORMATS, MANY_FORMATS, render_many
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
@@ -88,6 +88,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @click.version_option(__version__, prog_name="capdiag")
 def main() -> None:
     """Explains where an LLM server's GPU memory went, from its start-up log."""
+    said = FROM_CLI.set(True)  # errors name the options as flags, until the command ends
+    click.get_current_context().call_on_close(lambda: FROM_CLI.reset(said))
 
 
 # ---- the inputs every command that reads logs shares -------------------------------------------
@@ -166,7 +168,8 @@ def explain(logs, fmt, output, inputs, trace, color, no_color, jobs):
     if fmt in MANY_FORMATS or len(logs) > 1 or os.path.isdir(logs[0]):
         _explain_many(logs, fmt, output, inputs, trace, jobs)
         return
-    report = api.probe(logs[0], **inputs) if api.is_url(logs[0]) else api.explain(logs[0], **inputs)
+    report = api.probe(logs[0], progress=terminal.progress_line(), **inputs) if api.is_url(logs[0]) \
+        else api.explain(logs[0], **inputs)
     if trace:
         wanted = tuple(name.strip() for item in trace for name in item.split(",") if name.strip())
         _echo_err(report.trace(wanted, width=terminal.width(sys.stderr)))
@@ -219,8 +222,8 @@ def probe_command(url, metrics_files, headers, token_env, timeout, insecure, ca_
     """Explain a running server from its own endpoints (SGLang /server_info, /v1/loads; vLLM /metrics,
     /v1/models, /version), or from saved scrapes of its /metrics."""
     report = api.probe(url, metrics_files=metrics_files, headers=headers, token_env=token_env, timeout=timeout,
-                       verify=False if insecure else (ca_cert or True), **inputs)
-    _write(report.render(fmt), output)
+                       verify=False if insecure else (ca_cert or True), progress=terminal.progress_line(), **inputs)
+    _write(report.render_pieces(fmt, width=terminal.width() if not output else None), output)
 
 
 # ---- gate and baseline -----------------------------------------------------------------------
@@ -341,7 +344,7 @@ def plan_command(fmt, output, **options):
 @log_inputs
 def diff_command(before, after, fmt, output, inputs):
     """Compare two start-ups: configuration, memory per category, capacity, findings."""
-    _write(api.diff(before, after, **inputs).render(fmt), output)
+    _write(api.diff(before, after, **inputs).render(fmt, width=terminal.width() if not output else None), output)
 
 
 @main.command(context_settings=CONTEXT)

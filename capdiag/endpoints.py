@@ -67,6 +67,7 @@ class Server:
                 raise InputError("the token holds a control or non-ASCII character (a line end?): it is not shown")
             sent.setdefault("Authorization", f"Bearer {token}")
         self._origin = (parsed.scheme, parsed.host, parsed.port)
+        self.asked: list[tuple[str, int]] = []  # (path, HTTP status) of every request, in order
         self._given = tuple(sent)
         self.client = httpx.Client(timeout=timeout, headers=sent, auth=auth, verify=verify, follow_redirects=True,
                                    event_hooks={"request": [self._own_origin_only]})
@@ -106,6 +107,7 @@ class Server:
                 raise InputError(f"GET {self.url}{path}: no answer within {self.timeout:g} s") from None
             except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
                 raise InputError(f"GET {self.url}{path}: {_reason(exc)}") from None
+            self.asked.append((path, reply.status_code))
             if reply.status_code == 200:
                 return Response(path, 200, body.decode("utf-8", "replace"))
             if reply.status_code in (404, 405):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
+
+import attrs
 
 from capdiag import facts as F
 from capdiag.endpoints import Server
@@ -23,16 +25,30 @@ DEFAULT_INTERVAL = 5.0  # seconds between a live server's two scrapes
 MAX_INTERVAL = 300.0
 
 
-def probe_server(server: Server, framework: Optional[str] = None,
-                 interval: float = DEFAULT_INTERVAL) -> tuple[list[F.Fact], str, int]:
+Progress = Callable[[str], None]  # told what the probe waits for, and "" when the wait is over
+
+
+def _waiter(progress: Optional[Progress]) -> Callable[[float, str], None]:
+    def wait(seconds: float, what: str) -> None:
+        if progress is not None:
+            progress(f"waiting {seconds:g} s to read {what} again (--interval; 0 reads once)")
+        time.sleep(seconds)
+        if progress is not None:
+            progress("")
+    return wait
+
+
+def probe_server(server: Server, framework: Optional[str] = None, interval: float = DEFAULT_INTERVAL,
+                 progress: Optional[Progress] = None) -> tuple[list[F.Fact], str, int]:
     """The facts a running server's endpoints give; its framework; how many endpoints answered.
     Its load and `/metrics` are read twice, `interval` seconds apart (0: once), so its counters
-    give rates."""
+    give rates; `progress` is told while it waits."""
+    wait = _waiter(progress)
     if framework != "vllm":
         info = server.get("/server_info", "/get_server_info", required=framework == "sglang")
         if info is not None:
-            return _sglang(server, info, interval)
-    metrics = _scrapes(server, interval, required=True)
+            return _sglang(server, info, interval, wait)
+    metrics = _scrapes(server, interval, required=True, wait=wait)
     samples = [read_metrics(reply.text, f"GET {server.url}/metrics") for reply, *_ in metrics]
     if not any(s.framework == "vllm" for s in samples[0]):
         raise InputError(f"{server.url}: /metrics holds no vLLM metric, and /server_info does not answer: "
@@ -51,7 +67,7 @@ def probe_server(server: Server, framework: Optional[str] = None,
     return facts, "vllm", answered
 
 
-def _sglang(server: Server, info, interval: float) -> tuple[list[F.Fact], str, int]:
+def _sglang(server: Server, info, interval: float, wait) -> tuple[list[F.Fact], str, int]:
     """SGLang: its server info once; its load, and `/metrics` when it exports them
     (`--enable-metrics`), twice."""
     facts = _read(E.sglang_server_info, info.json(), f"GET {info.path}")
@@ -62,7 +78,7 @@ def _sglang(server: Server, info, interval: float) -> tuple[list[F.Fact], str, i
     loads = [_taken(first)] if first is not None else []
     scrapes = [_taken(metrics)] if metrics is not None else []
     if interval and (loads or scrapes):
-        time.sleep(interval)
+        wait(interval, " and ".join(([loads[0][0].path] if loads else []) + (["/metrics"] if scrapes else [])))
         if loads:
             loads.append(_taken(server.get(loads[0][0].path)))
         if scrapes:
@@ -80,14 +96,14 @@ def _sglang(server: Server, info, interval: float) -> tuple[list[F.Fact], str, i
     return facts, "sglang", answered
 
 
-def _scrapes(server: Server, interval: float, required: bool) -> list[tuple]:
+def _scrapes(server: Server, interval: float, required: bool, wait) -> list[tuple]:
     """`/metrics` once, or twice `interval` seconds apart: (reply, monotonic time, wall time) each."""
     first = server.get("/metrics", required=required)
     if first is None:
         return []
     taken = [_taken(first)]
     if interval:
-        time.sleep(interval)
+        wait(interval, "/metrics")
         taken.append(_taken(server.get("/metrics")))
     return taken
 
@@ -160,8 +176,10 @@ def _read(reader, payload, endpoint: str, *extra):
 
 def analyse_probe(url: Optional[str] = None, metrics_files: tuple[str, ...] = (), *, framework: Optional[str] = None,
                   headers: tuple[str, ...] = (), token_env: Optional[str] = None, timeout: float = 10.0,
-                  verify: bool | str = True, interval: Optional[float] = None, **options):
-    """The report's analysis of a running server or of saved scrapes, as `analyse` gives for a log."""
+                  verify: bool | str = True, interval: Optional[float] = None, progress: Optional[Progress] = None,
+                  **options):
+    """The report's analysis of a running server or of saved scrapes, as `analyse` gives for a log;
+    a server's analysis names every endpoint asked and what it answered."""
     from capdiag.analysis import analyse_facts
 
     if bool(url) == bool(metrics_files):
@@ -178,7 +196,9 @@ def analyse_probe(url: Optional[str] = None, metrics_files: tuple[str, ...] = ()
             raise InputError(f"--token-env {token_env}: that environment variable is not set")
     server = Server(url, timeout=timeout, headers=headers, token=token, verify=verify)
     try:
-        facts, chosen, answered = probe_server(server, framework, DEFAULT_INTERVAL if interval is None else interval)
+        facts, chosen, answered = probe_server(server, framework, DEFAULT_INTERVAL if interval is None else interval,
+                                               progress)
     finally:
         server.close()
-    return analyse_facts(server.url, facts, chosen, answered, **options)
+    asked = tuple(dict.fromkeys(server.asked))  # a path read twice is one endpoint
+    return attrs.evolve(analyse_facts(server.url, facts, chosen, answered, **options), endpoints=asked)

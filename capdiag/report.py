@@ -11,14 +11,14 @@ from typing import Any, Optional
 
 from capdiag import facts as F
 from capdiag.analysis import Analysis
-from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, evidence_chain
+from capdiag.engine import Derived, Finding, Knowledge, Premise, Rule, Unknown, evidence_chain, primary_fact
 from capdiag.observed import with_contract_keys
 from capdiag.parsing import framework_of
 from capdiag.rows import Rows
 from capdiag.rules import DIFF, FINDING_RULES
 from capdiag.rules.diff.driver import compare
 from capdiag.rules.derive.stand_in import STAND_IN_KINDS
-from capdiag.vocabulary import BREAKDOWN, CONFIG_KEYS, SEGMENTS
+from capdiag.vocabulary import BREAKDOWN, CONFIG_KEYS, NESTED, SEGMENTS
 
 SCHEMA = "capdiag.report/1"
 DIFF_SCHEMA = "capdiag.diff/1"
@@ -53,13 +53,11 @@ def evidence(d: Derived) -> list[dict[str, Any]]:
 
 
 def main_evidence(d: Derived) -> Optional[dict[str, Any]]:
-    """The line a conclusion rests on first: its first premise, followed back to a fact."""
-    node: Any = d
-    while isinstance(node, Derived):
-        if not node.premises:
-            return None
-        node = node.premises[0]
-    e = node.evidence
+    """The line a conclusion rests on first (engine.primary_fact)."""
+    fact = primary_fact(d)
+    if fact is None:
+        return None
+    e = fact.evidence
     return {"line": e.line, "source": e.source, "where": where(e), "text": e.text}
 
 
@@ -165,7 +163,8 @@ def build(a: Analysis) -> dict[str, Any]:
             continue
         gib = _value(d)
         breakdown.append({
-            "category": category, "gib": gib,
+            "category": category, "parent": NESTED[category][a.framework] if category in NESTED else None,
+            "gib": gib,
             "mib": round(gib * 1024) if gib is not None else None,
             "percent": round(100 * gib / total, 1) if gib is not None and total else None,
             "status": d.detail.get("status", "unknown"),
@@ -214,7 +213,9 @@ def build(a: Analysis) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "framework": a.framework,
-        "source": {"path": a.path, "lines": a.lines_read, "read_from": _read_from(facts), "launches": len(a.launches),
+        "source": {"path": a.path, "lines": a.lines_read, "read_from": _read_from(facts),
+                   "endpoints": [{"path": path, "status": status} for path, status in a.endpoints],
+                   "launches": len(a.launches),
                    "analyzed_launch": a.launch.index, "first_line": a.launch.first_line,
                    "last_line": a.launch.last_line, "phase_reached": kb.value("phase"), "ready": ready,
                    "traffic_only": bool(kb.get("phase") and kb.get("phase").detail.get("traffic_only")),
@@ -301,7 +302,7 @@ def _framework_evidence(facts: list[F.Fact], framework: str, first: list[Optiona
     tagged = sorted({f.rank.key() for f in own if f.rank.tagged})
     shown = set(list(dict.fromkeys([k for k in first if k is not None] + tagged))[:EVIDENCE_RANKS])
     listed = [f for f in own if not f.rank.tagged or f.rank.key() in shown][:EVIDENCE_LINES]
-    out: dict[str, Any] = {"framework_evidence": [{"line": f.evidence.line, "kind": f.kind,
+    out: dict[str, Any] = {"framework_evidence": [{"line": f.evidence.line, "where": where(f.evidence), "kind": f.kind,
                                                    "rank": f.rank.label if f.rank.tagged else None,
                                                    "text": f.evidence.text} for f in listed]}
     if len(listed) < len(own):
@@ -321,9 +322,15 @@ def build_diff(before: Analysis, after: Analysis) -> dict[str, Any]:
     evidence on both sides."""
     kb = compare(DIFF, before.knowledge, after.knowledge)
 
+    def cited(d: Derived) -> list[dict[str, Any]]:
+        """A change's lines: each side's value, then the configuration change that explains it —
+        not every conclusion the rule was handed on its way."""
+        values = [p for p in d.premises if isinstance(p, F.Compared) and p.key == d.key]
+        cause = [p for p in d.premises if isinstance(p, Derived) and p.key == d.value.get("explained_by")]
+        return [e for p in values + cause for e in evidence(p)] if values else evidence(d)
+
     def rows(topic):
-        return [{"key": d.key, **d.value, "derivation": d.formula, "evidence": evidence(d)}
-                for d in kb.topic(topic)]
+        return [{"key": d.key, **d.value, "derivation": d.formula, "evidence": cited(d)} for d in kb.topic(topic)]
 
     return {"schema": DIFF_SCHEMA,
             "before": {"path": before.path, "framework": before.framework, "launch": before.launch.index},
@@ -434,7 +441,7 @@ def _shown(d: Derived) -> str:
 
 def _premise(p: Premise) -> str:
     if isinstance(p, Derived):
-        return f"{p.topic}.{p.key} = {_shown(p)}"
+        return f"{p.topic}{'' if p.key is None else f'.{p.key}'} = {_shown(p)}"
     return f"{p.kind} ({where(p.evidence)}): {p.evidence.text}"
 
 

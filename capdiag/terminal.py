@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import sys
-from typing import IO, Optional
+from typing import IO, Callable, Optional
 
 import click
 
@@ -84,3 +84,16 @@ def for_terminal(text: str, columns: int, color: bool) -> str:
     """A rendered text report as the terminal gets it: wrapped, severities coloured."""
     text = wrap(text, columns)
     return color_severities(text) if color else text
+
+
+def progress_line(stream: Optional[IO] = None) -> Optional[Callable[[str], None]]:
+    """On a terminal, a function that shows one status line in place (and clears it when given
+    ""); None elsewhere, where a line drawn over itself would be noise in a CI log or a pipe."""
+    stream = sys.stderr if stream is None else stream
+    if not _isatty(stream):
+        return None
+
+    def show(text: str) -> None:
+        stream.write("\r\x1b[K" + (click.unstyle(text)[: width(stream) - 1] if text else ""))
+        stream.flush()
+    return show

@@ -111,7 +111,8 @@ def test_sglang_old_endpoints_fall_back(serve):
     assert rt["kv_usage"]["peak"] == round(417725 / 435130, 4)
     assert report["source"]["lines"] == 2 and report["source"]["read_from"] == "endpoints"  # endpoints that answered
     assert "http://127.0.0.1:" in render(report, "text").splitlines()[1]
-    assert "2 endpoint(s) or saved scrape(s) read" in render(report, "text").splitlines()[1]
+    assert "read GET /get_server_info, GET /get_load; not answered: /server_info (404), /v1/loads (404), /metrics (404)" \
+        in " ".join(render(report, "text").split())
     assert "RUN TIME" in render(report, "text")
 
 
@@ -452,3 +453,80 @@ def test_bad_urls_headers_and_tokens_are_one_line_without_the_secret(url, header
         analyse_probe(url, headers=headers, token_env="CAPDIAG_TEST_TOKEN" if token else None, timeout=1, interval=0)
     said = str(refused.value)
     assert message in said and "s3cr" not in said and "\n" not in said and "\r" not in said
+
+
+# ---- a probe's report speaks of the server, not of a log (issue 32) -----------------------------
+
+def test_a_probe_report_speaks_of_the_server_and_names_what_did_not_answer(serve):
+    url = serve({"/server_info": "sglang-v054.server_info.json", "/v1/loads": "sglang-v054.v1_loads.json"})
+    report = build(analyse_probe(url, interval=0))
+    assert report["source"]["endpoints"] == [{"path": "/server_info", "status": 200},
+                                             {"path": "/v1/loads", "status": 200}, {"path": "/metrics", "status": 404}]
+    text = render(report, "text")
+    head = text.splitlines()
+    assert head[0] == "capdiag — SGLang server memory report, from its endpoints"
+    assert head[1] == f"{url}: read GET /server_info, GET /v1/loads; not answered: /metrics (404)"
+    assert "SERVING CONFIGURATION (as the server states it)" in text and "as the log states it" not in text
+    assert "the log has no" not in text and "the log prints no" not in text
+    framework = _row(report, "framework")["derivation"]
+    assert framework == ("the free memory before the weights load is not stated for this rank (the start-up "
+                         "log's `Load weight begin` line)")
+    assert "WHAT THE ENDPOINTS ANSWERED" in text and "STARTUP EVIDENCE" not in text and "\n  line 0 " not in text
+    assert "\n  GET /server_info " in text and "PER RANK (as the server reports it)" in text
+    for fmt in ("markdown", "html"):
+        page = render(report, fmt)
+        assert "not answered: /metrics (404)" in page and "as the log states it" not in page
+
+
+def test_a_probe_without_memory_figures_draws_no_empty_bars(serve):
+    url = serve({"/metrics": "vllm-v0110.metrics.txt", "/v1/models": "vllm-v0110.models.json",
+                 "/version": "vllm-v0110.version.json"})
+    report = build(analyse_probe(url, interval=0, gpu="h200"))
+    text = render(report, "text")
+    assert "MEMORY PER RANK" not in text and "no memory figure printed" not in text
+    # the rest of the GPU is not claimed while the rows it is the rest of are unknown
+    unstated = _row(report, "unstated")
+    assert unstated["gib"] is None and unstated["derivation"].startswith("needs the weights and the KV cache")
+    assert "read GET /metrics, GET /version, GET /v1/models; not answered: /server_info (404)" in " ".join(text.split())
+
+
+def test_figures_beyond_the_gpu_named_are_a_finding(serve):
+    """--gpu l4 (22.49 GiB) for a server whose KV pool alone is 50.74 GiB: the GPU named is wrong."""
+    url = serve({"/server_info": "sglang-v054.server_info.json", "/v1/loads": "sglang-v054.v1_loads.json"})
+    report = build(analyse_probe(url, interval=0, gpu="l4"))
+    finding = next(f for f in report["findings"] if f["code"] == "CD132")
+    assert finding["severity"] == "warning"
+    assert "sum to 66.31 GiB (weights 14.99 + kv_cache 50.74 + cuda_graph 0.58)" in finding["message"]
+    assert "kv_cache alone is 225.6% of it" in finding["message"]
+    assert build(analyse_probe(url, interval=0, gpu="h200"))["findings"] and not any(
+        f["code"] == "CD132" for f in build(analyse_probe(url, interval=0, gpu="h200"))["findings"])
+
+
+def test_the_probe_says_what_it_waits_for(serve):
+    import capdiag
+    said = []
+    url = serve({"/server_info": "sglang-v054.server_info.json", "/v1/loads": "sglang-v054.v1_loads.json"})
+    capdiag.api.probe(url, interval=0.2, progress=said.append)
+    assert said == ["waiting 0.2 s to read /v1/loads again (--interval; 0 reads once)", ""]
+
+
+def test_the_progress_line_is_drawn_on_a_terminal_only():
+    from capdiag.terminal import progress_line
+
+    class Terminal(list):
+        def isatty(self):
+            return True
+
+        def write(self, text):
+            self.append(text)
+
+        def flush(self):
+            pass
+
+    screen = Terminal()
+    show = progress_line(screen)
+    show("waiting 5 s")
+    show("")
+    assert screen == ["\r\x1b[Kwaiting 5 s", "\r\x1b[K"]
+    import io
+    assert progress_line(io.StringIO()) is None  # a pipe or a CI log gets no line drawn over itself
