@@ -488,6 +488,18 @@ def run(rules: Iterable[Rule], kb: Knowledge, *, pinned: Optional[dict[tuple, De
     return [Firing(r.name, d) for r in ordered for d in drawn[r.name]]
 
 
+def primary_fact(d: Premise) -> Optional[F.Fact]:
+    """The fact a conclusion's value comes from: its first cited premise, followed back to a
+    fact. A rule cites the line of the value it judges first (the conclusions it was merely
+    handed come after what it cites), so this is the line to point at."""
+    node: Any = d
+    while isinstance(node, Derived):
+        if not node.premises:
+            return None
+        node = node.premises[0]
+    return node
+
+
 def evidence_chain(d: Premise) -> Iterator[F.Fact]:
     """The facts a conclusion rests on, depth first, each once, in line order."""
     seen: set[int] = set()

@@ -299,3 +299,43 @@ def test_every_what_if_key_renders_in_every_format(log, change, fmt, monkeypatch
         assert ("concurrency" in what_if) != any(n["change"] == key for n in what_if["not_projected"])
     else:
         assert key in out
+
+
+# ---- a diff cites the lines of what changed, and tells one rule's findings apart (issue 32) ----
+
+def _two_start_ups(tmp_path) -> tuple[str, str]:
+    """mla_tp2 with both ranks alike, then with TP1 short of 2 GiB before and 2.25 GiB after the
+    weights, a lower memory fraction and 1 GiB more free at the end."""
+    src = Path(fixture("mla_tp2.log")).read_text()
+    before = src.replace("TP1] Load weight begin. avail mem=77.50", "TP1] Load weight begin. avail mem=78.00") \
+        .replace("avail mem=61.25 GB, mem usage=16.25", "avail mem=62.00 GB, mem usage=16.00")
+    after = src.replace("TP1] Load weight begin. avail mem=77.50", "TP1] Load weight begin. avail mem=76.00") \
+        .replace("avail mem=61.25 GB, mem usage=16.25", "avail mem=59.75 GB, mem usage=16.25") \
+        .replace("mem_fraction_static=0.8", "mem_fraction_static=0.78") \
+        .replace("available_gpu_mem=14.00 GB", "available_gpu_mem=15.00 GB")
+    paths = tmp_path / "before.log", tmp_path / "after.log"
+    for path, text in zip(paths, (before, after)):
+        path.write_text(text)
+    return str(paths[0]), str(paths[1])
+
+
+def test_a_diff_cites_the_lines_of_the_values_and_of_the_change_that_explains_them(tmp_path, monkeypatch, capsys):
+    before, after = _two_start_ups(tmp_path)
+    d = build_diff(analyse(before), analyse(after))
+    free = next(m for m in d["memory"] if m["key"] == "free")
+    assert (free["before"], free["after"], free["explained_by"]) == (14.0, 15.0, "mem_fraction_static")
+    # first each side's reading of the free memory (the max_total_num_tokens line, 14), then the
+    # server_args line (1) that states the fraction that changed; nothing the rule merely looked at
+    assert [e["where"] for e in free["evidence"]] == ["before log line 14", "after log line 14",
+                                                      "after log line 1", "before log line 1"]
+    assert "available_gpu_mem=15.00 GB" in free["evidence"][1]["text"]
+    # rank-imbalance fires twice after (two readings): two changes, each named by its reading
+    assert [(f["key"], f["status"]) for f in d["findings"]] == [
+        ("rank-imbalance (free after weights)", "appeared"), ("rank-imbalance (free before weights)", "appeared")]
+    for columns in ("80", "100", "200"):
+        monkeypatch.setenv("COLUMNS", columns)
+        code, out, _ = run_entry(monkeypatch, capsys, "diff", before, after)
+        assert code == 0 and all(len(line) <= int(columns) for line in out.splitlines()), columns
+        rows = [line for line in out.splitlines() if line.startswith(("  free ", "  unattributed "))]
+        assert rows[0].split()[:4] == ["free", "14.00", "15.00", "+1.00"], rows
+        assert "appeared: rank-imbalance (free before weights)" in out

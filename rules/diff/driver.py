@@ -8,15 +8,16 @@ from __future__ import annotations
 import attrs
 
 from capdiag import facts as F
-from capdiag.engine import Derived, Knowledge, Rule, evidence_chain, run
+from capdiag.engine import Derived, Knowledge, Rule, primary_fact, run
 from capdiag.vocabulary import CONFIG_KEYS
 
 _EXTRA_CONFIG = ("cuda_graph_max_bs", "disable_cuda_graph", "enforce_eager", "max_num_batched_tokens")
 
 
 def _anchor(d: Derived) -> F.Evidence:
-    chain = list(evidence_chain(d))
-    return chain[0].evidence if chain else F.Evidence(F.INPUT_LINE, f"{d.topic}.{d.key}", 0, "input")
+    """The line of the value compared: the fact the conclusion's value comes from."""
+    fact = primary_fact(d)
+    return fact.evidence if fact is not None else F.Evidence(F.INPUT_LINE, f"{d.topic}.{d.key}", 0, "input")
 
 
 def compared_facts(side: str, kb: Knowledge) -> list[F.Compared]:
@@ -49,9 +50,10 @@ def compared_facts(side: str, kb: Knowledge) -> list[F.Compared]:
         add("kv_pool", key, kb.get("kv_pool", key))
     for d in kb.topic("concurrency"):
         add("concurrency", d.key, d)
-    for d in kb.topic("finding"):
+    for d in kb.topic("finding"):  # one rule's several findings (one a reading, a rank) each compared
+        key = f"{d.rule} ({d.key[1]})" if isinstance(d.key, tuple) else d.rule
         out.append(F.Compared(evidence=attrs.evolve(_anchor(d), source=f"{side} {_anchor(d).source}"), side=side,
-                              topic="finding", key=d.rule, value=d.title))
+                              topic="finding", key=key, value=d.title))
     return out
 
 

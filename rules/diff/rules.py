@@ -67,8 +67,6 @@ def memory_changes(kb):
 
     Example: `kv_cache` grew with `mem_fraction_static` 0.6 → 0.88, the first key that sizes it to
     have changed."""
-    # only a value stated in both logs can explain a change (unstated is not changed)
-    changed = {d.key: d for d in kb.topic("diff_config") if None not in (d.value["before"], d.value["after"])}
     for category, sides in sorted(_sides(kb, "breakdown").items()):
         before, after = sides.get("before"), sides.get("after")
         if before is None or after is None or None in (before.value, after.value):
@@ -76,14 +74,24 @@ def memory_changes(kb):
         delta = round(after.value - before.value, 2)
         if abs(delta) < MIN_CHANGE_GIB:
             continue
-        cause = next((changed[k] for k in EXPLAINERS.get(category, ()) if k in changed), None)
+        cause = _first_change(kb, category)
         why = (f"most plausibly {cause.formula}" if cause else
                "no configuration change stated in both logs explains it: a different GPU, software version, driver "
                "or another process")
         yield Derived("diff_memory", category, {"before": before.value, "after": after.value, "delta": delta,
-                                                "explained_by": cause.key if cause else None},
+                                                "explained_by": cause.key if cause else None, "why": why},
                       "diff.memory", tuple(x for x in (before, after, cause) if x),
                       f"{category} {before.value} → {after.value} GiB ({delta:+.2f}): {why}")
+
+
+def _first_change(kb, category):
+    """The first key of the category's explainers whose value both logs state and differ in
+    (unstated is not changed); the keys after it are not looked at, so none is a premise."""
+    for key in EXPLAINERS.get(category, ()):
+        d = kb.get("diff_config", key)
+        if d is not None and None not in (d.value["before"], d.value["after"]):
+            return d
+    return None
 
 
 @rule("diff.capacity",

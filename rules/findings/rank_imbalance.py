@@ -41,7 +41,8 @@ def rank_imbalance(kb, t):
         # stages hold different layers; TP ranks hold equal shards, so a TP rank that differs
         # has something else on its GPU
         staged = any(f.rank.pp not in (None, 0) for f in readings) or (kb.value("config", "pp_size") or 1) > 1
-        yield Parts(readings,
+        # the binding rank's reading first: the line a pointer to this finding lands on
+        yield Parts((binding, *(f for f in readings if f is not binding)),
                     title=f"Ranks differ by {spread} GiB in {what}",
                     message=f"{what} differs by {spread} GiB across ranks: {getattr(low, attr)} on {low.rank.label}, "
                             f"{getattr(high, attr)} on {high.rank.label}; {binding.rank.label} binds the pool.",
