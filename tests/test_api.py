@@ -49,8 +49,8 @@ def test_the_cli_prints_what_the_api_returns():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"gpu": "quantum9000"}, "--gpu quantum9000"),
-    ({"target_rank": 7}, "--target-rank 7"),
+    ({"gpu": "quantum9000"}, "gpu='quantum9000'"),
+    ({"target_rank": 7}, "target_rank=7"),
     ({"what_if": {"mem_fraction_static": 2}}, "a fraction between 0 and 1"),
 ])
 def test_errors_are_one_type_with_the_cli_message(kwargs, message):
@@ -60,7 +60,7 @@ def test_errors_are_one_type_with_the_cli_message(kwargs, message):
 
 
 def test_an_unknown_format_is_an_input_error():
-    with pytest.raises(capdiag.InputError, match="--format pdf"):
+    with pytest.raises(capdiag.InputError, match="fmt='pdf'"):
         capdiag.explain(fixture("single_gpu_ready.log")).render("pdf")
 
 
@@ -75,18 +75,19 @@ def test_a_text_stream_and_bytes_read_like_the_file():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[0]), "--token-lengths 0: a whole number ≥ 1"),
-    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[-5]), "--token-lengths -5: a whole number ≥ 1"),
-    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[]), "--token-lengths: give at least one length"),
-    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths="4096"), "--token-lengths '4096': a list of whole numbers"),
-    (lambda: capdiag.explain(EXAMPLE_LOG, launch=0), "--launch 0: a whole number ≥ 1"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[0]), "token_lengths=0: a whole number ≥ 1"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[-5]), "token_lengths=-5: a whole number ≥ 1"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths=[]), "token_lengths: give at least one length"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, token_lengths="4096"), "token_lengths='4096': a list of whole numbers"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, launch=0), "launch=0: a whole number ≥ 1"),
     (lambda: capdiag.gate([]), "a gate over no log would pass"),
-    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, fraction=1.5), "--fraction 1.5: a number > 0 and < 1"),
-    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, tp=-2), "--tp -2: a whole number ≥ 1"),
-    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, contexts=[-1]), "--context -1"),
-    (lambda: capdiag.plan(params="8B", layers=float("nan"), kv_heads=8, head_dim=128), "--layers nan"),
+    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, fraction=1.5), "fraction=1.5: a number > 0 and < 1"),
+    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, tp=-2), "tp=-2: a whole number ≥ 1"),
+    (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, contexts=[-1]), "contexts=-1"),
+    (lambda: capdiag.plan(params="8B", layers=float("nan"), kv_heads=8, head_dim=128), "layers=nan"),
 ])
 def test_the_api_refuses_what_the_cli_refuses(call, message):
+    """The same refusal as the CLI's, naming the option as the parameter it is from Python."""
     with pytest.raises(InputError) as refused:
         call()
     assert message in str(refused.value)
@@ -103,3 +104,24 @@ def test_the_cli_says_what_the_api_says(args, message, monkeypatch, capsys):
     args = [EXAMPLE_LOG if a == "EXAMPLE" else a for a in args]
     code, out, err = run_entry(monkeypatch, capsys, *args)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_errors_name_options_as_the_caller_spells_them(monkeypatch, capsys):
+    """From Python an option is a parameter (`gpu='a100'`); from the command line, a flag."""
+    with pytest.raises(capdiag.InputError) as refused:
+        capdiag.explain(EXAMPLE_LOG, gpu="a100")
+    assert str(refused.value).startswith("gpu='a100': could be a100_40gb_sxm") and "--" not in str(refused.value)
+    with pytest.raises(capdiag.InputError, match=r"^token_lengths=0: a whole number"):
+        capdiag.explain(EXAMPLE_LOG, token_lengths=[0])
+    with pytest.raises(capdiag.InputError, match=r"^fmt='pdf': one of text"):
+        capdiag.explain(EXAMPLE_LOG).render("pdf")
+    code, _, err = run_entry(monkeypatch, capsys, "explain", EXAMPLE_LOG, "--gpu", "a100")
+    assert code == 2 and err.startswith("capdiag: error: --gpu a100: could be")
+    # the command line's naming does not outlive the command
+    with pytest.raises(capdiag.InputError, match=r"^gpu='a100'"):
+        capdiag.explain(EXAMPLE_LOG, gpu="a100")
+
+
+def test_the_trace_names_a_conclusion_without_a_key_by_its_topic():
+    trace = capdiag.explain(EXAMPLE_LOG).trace(["breakdown.*", "kv-pool.*"])
+    assert ".None" not in trace and "from target_rank = " in trace

@@ -319,7 +319,12 @@ def test_every_conclusion_rests_on_facts_with_their_log_lines(name):
 def test_breakdown_evidence_reaches_the_printed_line():
     a = analyse(fixture("single_gpu_ready.log"))
     kv = a.knowledge.get("breakdown", "kv_cache")
-    # the KV line, and the --target-rank input that chose the rank whose line it is
-    assert [(f.kind, f.evidence.line) for f in evidence_chain(kv)] == [("KVCacheAllocated", 5), ("Options", 0)]
+    # the default target rank rests on no option, so the chain ends at the printed line
+    assert [(f.kind, f.evidence.line) for f in evidence_chain(kv)] == [("KVCacheAllocated", 5)]
     unattributed = a.knowledge.get("breakdown", "unattributed")
-    assert [f.evidence.line for f in evidence_chain(unattributed)] == [3, 4, 5, 8, 10, 11, 0]
+    assert [f.evidence.line for f in evidence_chain(unattributed)] == [3, 4, 5, 8, 10, 11]
+    # a rank asked for is an input the row rests on, named as it was given
+    asked = analyse(fixture("single_gpu_ready.log"), target_rank="tp0").knowledge.get("breakdown", "kv_cache")
+    assert [(f.kind, f.evidence.text) for f in evidence_chain(asked)] == [
+        ("KVCacheAllocated", Path(fixture("single_gpu_ready.log")).read_text().splitlines()[4]),
+        ("Options", "--target-rank tp0 --token-lengths 4096,6144,8192 (the default)")]

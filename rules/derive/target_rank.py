@@ -50,7 +50,7 @@ def target_rank(kb):
     options = kb.first(F.Options, role=None)
     spec = options.target_rank if options else None
     wanted = parse_spec(spec)
-    premises = (options,) if options else ()
+    premises = (options,) if options and spec is not None else ()  # the default rests on no option
     ranks = {f.rank.key(): f.rank for f in kb.facts if f.evidence.line != F.INPUT_LINE
              and f.evidence.source == "log"}
     if wanted is None:
