@@ -286,12 +286,14 @@ def check_policy(policies):
 @click.argument("logs", nargs=-1, required=True)
 @_gate_options
 @click.option("--output", "-o", type=click.Path(dir_okay=False), required=True, help="The baseline file to write.")
-def baseline_command(logs, policy, deployment, inputs, output):
-    """Write a baseline that accepts every finding the logs raise now."""
+@click.option("--reason", help="Why these findings are accepted (kept in each entry, shown when one is refused).")
+@click.option("--expires", metavar="YYYY-MM-DD", help="After this date the entries accept nothing.")
+def baseline_command(logs, policy, deployment, inputs, output, reason, expires):
+    """Write a baseline that accepts every finding the logs raise now, as bad as it is now."""
     verdict = api.gate(logs, policy=policy, deployment=deployment, **inputs).verdict
     if verdict.errors:
         raise InputError(verdict.errors[0].error)
-    document = baseline_document(verdict)
+    document = baseline_document(verdict, reason=reason, expires=expires)
     _write(json.dumps(printable_data(document), indent=2, ensure_ascii=False) + "\n", output)
     click.echo(printable(f"capdiag: wrote {len(document['entries'])} baseline entries to {output}"), err=True)
 

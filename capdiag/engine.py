@@ -179,6 +179,9 @@ class Rule:
     frameworks: tuple = ()
     reads: tuple = ()
     concludes: tuple = ()
+    # a finding's figure that says how bad it is: (its `detail` key, "lower" or "higher" is
+    # worse), so a baseline that accepted it can refuse it once it has got worse
+    worse: Optional[tuple[str, str]] = None
 
     @property
     def doc(self) -> str:
@@ -215,7 +218,7 @@ def finding_identities(name: str) -> tuple[str, ...]:
 
 def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
          thresholds: Optional[dict] = None, frameworks: tuple = (),
-         reads: tuple = (), concludes: tuple = ()) -> Callable[[Callable], Rule]:
+         reads: tuple = (), concludes: tuple = (), worse: Optional[tuple[str, str]] = None) -> Callable[[Callable], Rule]:
     """Declare a rule. A rule with a `code` raises findings: it concludes its own
     `finding:<name>` and `not_judged:<name>` without saying so."""
     def wrap(func: Callable) -> Rule:
@@ -223,8 +226,10 @@ def rule(name: str, code: Optional[str] = None, severity: Optional[str] = None,
             if not (isinstance(r, str) or (isinstance(r, type) and issubclass(r, F.Fact))):
                 raise RuleSetError(f"rule {name}: reads {r!r}: a fact class or a 'topic[:key][?]' string")
         own = finding_identities(name) if code else ()
+        if worse is not None and (not code or len(worse) != 2 or worse[1] not in ("lower", "higher")):
+            raise RuleSetError(f"rule {name}: worse={worse!r}: a finding rule's (detail key, 'lower' or 'higher')")
         return Rule(name, func, code, severity, dict(thresholds or {}), tuple(frameworks),
-                    tuple(reads), own + tuple(c for c in concludes if c not in own))
+                    tuple(reads), own + tuple(c for c in concludes if c not in own), worse)
     return wrap
 
 

@@ -62,7 +62,7 @@ def _json(verdict: Verdict) -> str:
                      "framework": r.report["framework"] if r.report else None,
                      "identity": r.identity or None,
                      "findings": [{k: f[k] for k in ("rule", "code", "severity", "title", "message", "action", "rank",
-                                                      "fingerprint", "failing", "suppressed", "evidence")}
+                                                      "fingerprint", "failing", "suppressed", "baseline", "evidence")}
                                   for f in r.findings],
                      "not_judged": [{k: n[k] for k in ("rule", "code", "reason", "failing")} for n in r.not_judged]}
                     for r in verdict.results]}
@@ -284,8 +284,13 @@ def _github(verdict: Verdict, root: Optional[str] = None) -> str:
 def _gitlab(verdict: Verdict, root: Optional[str] = None) -> str:
     """GitLab's code quality report (a subset of Code Climate's issue format): one issue per
     finding the baseline does not accept and per rule that could not judge. GitLab requires a
-    line: an issue that rests on no log line is placed on line 1."""
+    line: an issue that rests on no log line is placed on line 1. GitLab keeps one issue per
+    fingerprint, so each is the finding's own (stable across logs of one deployment, for the
+    baseline) together with the log's path: two restarts' logs keep both of their issues."""
     issues = []
+
+    def issue_print(own: str, path: str) -> str:
+        return hashlib.sha256(f"{own}|{path}".encode("utf-8")).hexdigest()[:20]
     for res in verdict.results:
         path = repo_path(res.path, root) or res.path
         if res.error:
@@ -301,13 +306,13 @@ def _gitlab(verdict: Verdict, root: Optional[str] = None) -> str:
             lines = _main_evidence(f, res.path)
             issues.append({"description": f"{f['code']} {f['title']}: {f['message']} What to do: {f['action']}",
                            "check_name": f"{f['code']} {f['rule']}", "severity": GITLAB_SEVERITY[f["severity"]],
-                           "type": "issue", "categories": ["Performance"], "fingerprint": f["fingerprint"],
+                           "type": "issue", "categories": ["Performance"], "fingerprint": issue_print(f["fingerprint"], path),
                            "location": {"path": path, "lines": {"begin": lines[0]["line"] if lines else 1}}})
         for n in res.not_judged:
             issues.append({"description": f"{n['code']} {n['rule']} could not judge this log"
                                           f"{' (fail-on-unknown)' if n['failing'] else ''}: {n['reason']}",
                            "check_name": f"{n['code']} {n['rule']} (not judged)",
                            "severity": GITLAB_SEVERITY[n["severity"]] if n["failing"] else "info",
-                           "type": "issue", "categories": ["Performance"], "fingerprint": n["fingerprint"],
+                           "type": "issue", "categories": ["Performance"], "fingerprint": issue_print(n["fingerprint"], path),
                            "location": {"path": path, "lines": {"begin": 1}}})
     return json.dumps(issues, indent=2, ensure_ascii=False) + "\n"

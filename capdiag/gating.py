@@ -11,6 +11,7 @@ fingerprint by accident. Exit codes: 0 pass, 1 fail, 2 input error.
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -115,6 +116,8 @@ class Verdict:
 
 
 def read_baseline(path: str) -> list[dict[str, Any]]:
+    """The baseline's entries, each checked: a fingerprint, and where given a `reason` (text)
+    and an `expires` date (YYYY-MM-DD), after which the entry accepts nothing."""
     data = read_json(path, "baseline")
     if isinstance(data, dict) and data.get("schema") in OLD_BASELINE_SCHEMAS:
         raise InputError(f"{path}: a {data['schema']} baseline, whose fingerprints could match unrelated "
@@ -124,18 +127,89 @@ def read_baseline(path: str) -> list[dict[str, Any]]:
     for number, entry in enumerate(data["entries"], start=1):
         if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
             raise InputError(f"{path}: baseline entry {number} is not an object with a fingerprint")
+        if entry.get("reason") is not None and not isinstance(entry["reason"], str):
+            raise InputError(f"{path}: baseline entry {number}: `reason` is text")
+        if entry.get("expires") is not None:
+            expiry(entry["expires"], f"{path}: baseline entry {number}: `expires`")
     return data["entries"]
 
 
-def baseline_document(verdict: "Verdict") -> dict[str, Any]:
-    """A baseline that accepts every finding of the verdict's logs."""
+def expiry(text: Any, what: str) -> datetime.date:
+    """A baseline entry's `expires` as a date, or an InputError naming `what`."""
+    if isinstance(text, str) and len(text) == 10:
+        try:
+            return datetime.date.fromisoformat(text)
+        except ValueError:
+            pass
+    raise InputError(f"{what} {str(text)[:40]!r}: a date, YYYY-MM-DD")
+
+
+def _measure(rule_name: str, finding: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The figure that says how bad a finding is (its rule's `worse`), when the finding has it."""
+    r = find_rule(rule_name)
+    if r is None or r.worse is None:
+        return None
+    value = (finding.get("detail") or {}).get(r.worse[0])
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return {"key": r.worse[0], "value": value, "worse": r.worse[1]}
+
+
+def _worse(accepted: Optional[dict], now: Optional[dict]) -> bool:
+    """The finding's figure is worse than the one its baseline entry accepted, beyond the
+    printed rounding (0.01)."""
+    if not isinstance(accepted, dict) or now is None or accepted.get("key") != now["key"]:
+        return False
+    was = accepted.get("value")
+    if isinstance(was, bool) or not isinstance(was, (int, float)):
+        return False
+    return now["value"] < was - 0.01 if now["worse"] == "lower" else now["value"] > was + 0.01
+
+
+def baseline_document(verdict: "Verdict", reason: Optional[str] = None,
+                      expires: Optional[str] = None) -> dict[str, Any]:
+    """A baseline that accepts every finding of the verdict's logs as bad as they are now (each
+    entry keeps the figure it accepted), each with the `reason` and `expires` given."""
+    if expires is not None:
+        expiry(expires, "--expires")
     entries = {}
     for result in verdict.results:
         for f in result.findings:
-            entries[f["fingerprint"]] = {"fingerprint": f["fingerprint"], "rule": f["rule"], "code": f["code"],
-                                         "key": f.get("key"), "rank": f.get("rank"), "identity": result.identity,
-                                         "title": f["title"], "log": log_name(result.path)}
+            entry = {"fingerprint": f["fingerprint"], "rule": f["rule"], "code": f["code"],
+                     "key": f.get("key"), "rank": f.get("rank"), "identity": result.identity,
+                     "title": f["title"], "log": log_name(result.path)}
+            measure = _measure(f["rule"], f)
+            entry.update({k: v for k, v in (("measure", measure), ("reason", reason), ("expires", expires))
+                          if v is not None})
+            entries[f["fingerprint"]] = entry
     return {"schema": BASELINE_SCHEMA, "entries": sorted(entries.values(), key=lambda e: (e["rule"], e["fingerprint"]))}
+
+
+def _refusal(entry: dict[str, Any], finding: dict[str, Any], today: datetime.date) -> Optional[dict[str, Any]]:
+    """Why a baseline entry that matches a finding does not accept it (expired, or the finding
+    got worse than the entry accepted); None when it accepts it."""
+    if entry.get("expires") is not None and expiry(entry["expires"], "baseline `expires`") < today:
+        return {"status": "expired", "expires": entry["expires"], "reason": entry.get("reason")}
+    now = _measure(finding["rule"], finding)
+    if _worse(entry.get("measure"), now):
+        return {"status": "worse", "key": now["key"], "accepted": entry["measure"]["value"], "now": now["value"],
+                "reason": entry.get("reason")}
+    return None
+
+
+def _why_stale(entry: dict[str, Any], results: list["LogResult"]) -> str:
+    """Why no finding matched a baseline entry: a log raises the same finding under another
+    identity (the deployment name, version, GPU… changed: the differing parts named), or none
+    raises it any more."""
+    was = entry.get("identity") or {}
+    for result in results:
+        for f in result.findings:
+            if (f["rule"], f.get("key"), f.get("rank")) == (entry.get("rule"), entry.get("key"), entry.get("rank")):
+                changed = sorted(k for k in set(was) | set(result.identity) if was.get(k) != result.identity.get(k))
+                if changed:
+                    return (f"{log_name(result.path)} raises it under another identity: "
+                            + ", ".join(f"{k} {was.get(k)!r} → {result.identity.get(k)!r}" for k in changed))
+    return "no log raises it any more"
 
 
 def _severity(rule_name: str, policy: Any) -> str:
@@ -147,7 +221,8 @@ def _severity(rule_name: str, policy: Any) -> str:
 def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None, deployment: Optional[str] = None,
         fail_on_unknown: bool = False, **analysis: Any) -> Verdict:
     threshold = SEVERITIES.index(fail_on)
-    accepted = {e.get("fingerprint") for e in baseline or []}
+    accepted = {e.get("fingerprint"): e for e in baseline or []}
+    today = datetime.date.today()
     matched: set[str] = set()
     results, suppressed = [], 0
     for path in paths:
@@ -160,10 +235,12 @@ def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None
         findings = []
         for f in report["findings"]:
             fp = fingerprint(ident, f)
-            accepted_here = fp in accepted
-            matched |= {fp} if accepted_here else set()
+            entry = accepted.get(fp)
+            refused = None if entry is None else _refusal(entry, f, today)
+            accepted_here = entry is not None and refused is None
+            matched |= {fp} if entry is not None else set()
             suppressed += accepted_here
-            findings.append({**f, "fingerprint": fp, "suppressed": accepted_here,
+            findings.append({**f, "fingerprint": fp, "suppressed": accepted_here, "baseline": refused,
                              "failing": not accepted_here and SEVERITIES.index(f["severity"]) >= threshold})
         unjudged = []
         for n in report["not_judged"]:
@@ -172,7 +249,7 @@ def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None
                              "fingerprint": fingerprint(ident, {"rule": n["rule"], "key": "not-judged"}),
                              "failing": fail_on_unknown and SEVERITIES.index(severity) >= threshold})
         results.append(LogResult(path, report, None, tuple(findings), ident, tuple(unjudged)))
-    stale = tuple(e for e in baseline or [] if e.get("fingerprint") not in matched)
+    stale = tuple({**e, "why": _why_stale(e, results)} for e in baseline or [] if e.get("fingerprint") not in matched)
     policy = analysis.get("policy")
     disabled = tuple(name for name, entry in policy.rules.items() if entry.get("enabled") is False) if policy else ()
     return Verdict(fail_on, tuple(results), stale, suppressed, fail_on_unknown, disabled)

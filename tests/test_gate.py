@@ -469,6 +469,21 @@ def test_gitlab_code_quality_report(monkeypatch, capsys, tmp_path):
                 and "(not judged)" not in i["check_name"]]
 
 
+def test_gitlab_keeps_every_issue_of_two_logs_of_one_deployment(monkeypatch, capsys, tmp_path):
+    """Two restarts of one deployment raise the same findings (one baseline fingerprint each);
+    GitLab keeps one issue per fingerprint, so each log's issues must have their own."""
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    for path in (first, second):
+        path.write_text(Path(WEIGHTS_ONLY).read_text(encoding="utf-8"), encoding="utf-8")
+    _, out, _ = gate(monkeypatch, capsys, str(first), str(second), "--format", "gitlab")
+    issues = json.loads(out)
+    by_log = {p: [i for i in issues if i["location"]["path"].endswith(p)] for p in ("first.log", "second.log")}
+    assert by_log["first.log"] and len(by_log["first.log"]) == len(by_log["second.log"])
+    assert len({i["fingerprint"] for i in issues}) == len(issues)
+    # the same finding in both logs: one check, two issues
+    assert sorted(i["check_name"] for i in by_log["first.log"]) == sorted(i["check_name"] for i in by_log["second.log"])
+
+
 def test_check_policy_validates_each_file(monkeypatch, capsys, tmp_path):
     good = str(EXAMPLE_POLICY)
     bad = write(tmp_path, "capdiag.toml", 'fail-on = "warning"\n[rules.thin-headroom]\nmin_free = 1\n')
@@ -518,3 +533,62 @@ def test_an_annotation_points_at_the_line_of_the_value_it_judges(tmp_path, monke
     for annotation in found:
         at = int(annotation.split(",line=")[1].split(",")[0])
         assert lines[at - 1].startswith("[2025-09-11 10:0") and " TP1] " in lines[at - 1], (annotation, lines[at - 1])
+
+
+# ---- baseline entries: a reason, an expiry, and never a finding that got worse -----------------
+
+THIN = str(TESTS / "rule_cases" / "thin-headroom" / "fires.log")  # 0.81 GiB free after start-up
+
+
+def _baseline(monkeypatch, capsys, tmp_path, *extra) -> tuple[str, dict]:
+    path = str(tmp_path / "baseline.json")
+    code, _, _ = run_entry(monkeypatch, capsys, "baseline", THIN, "-o", path, *extra)
+    assert code == 0
+    return path, json.loads(Path(path).read_text())
+
+
+def test_a_baseline_entry_keeps_its_reason_and_the_figure_it_accepted(monkeypatch, capsys, tmp_path):
+    path, document = _baseline(monkeypatch, capsys, tmp_path, "--reason", "canary, see TICKET-12",
+                               "--expires", "2999-01-01")
+    entry = next(e for e in document["entries"] if e["rule"] == "thin-headroom")
+    assert entry["measure"] == {"key": "free_gib", "value": 0.81, "worse": "lower"}
+    assert (entry["reason"], entry["expires"]) == ("canary, see TICKET-12", "2999-01-01")
+    code, out, _ = gate(monkeypatch, capsys, THIN, "--baseline", path, "--fail-on", "warning")
+    assert code == 0 and "accepted  [warning] CD110 thin-headroom" in out
+
+
+def test_a_finding_worse_than_its_baseline_accepted_fails(monkeypatch, capsys, tmp_path):
+    worse = tmp_path / "worse.log"
+    worse.write_text(Path(THIN).read_text().replace("0.81 GB", "0.31 GB"))
+    # the log names no deployment: named on both sides, the two logs are one deployment's
+    path, _ = _baseline(monkeypatch, capsys, tmp_path, "--reason", "known tight", "--deployment", "same")
+    code, out, _ = gate(monkeypatch, capsys, str(worse), "--baseline", path, "--fail-on", "warning",
+                        "--deployment", "same")
+    assert code == 1 and "FAIL  [warning] CD110 thin-headroom" in out
+    assert "worse than the baseline accepted: free_gib 0.81 then, 0.31 now (accepted because: known tight)" in out
+    code, out, _ = gate(monkeypatch, capsys, str(worse), "--baseline", path, "--fail-on", "warning",
+                        "--deployment", "same", "--format", "json")
+    refused = next(f for f in json.loads(out)["logs"][0]["findings"] if f["rule"] == "thin-headroom")
+    assert refused["baseline"] == {"status": "worse", "key": "free_gib", "accepted": 0.81, "now": 0.31,
+                                   "reason": "known tight"} and refused["failing"]
+
+
+def test_an_expired_entry_accepts_nothing_and_a_bad_date_is_refused(monkeypatch, capsys, tmp_path):
+    path, _ = _baseline(monkeypatch, capsys, tmp_path, "--expires", "2020-01-31")
+    code, out, _ = gate(monkeypatch, capsys, THIN, "--baseline", path, "--fail-on", "warning")
+    assert code == 1 and "the baseline's entry expired on 2020-01-31" in out
+    code, _, err = run_entry(monkeypatch, capsys, "baseline", THIN, "-o", str(tmp_path / "b.json"),
+                             "--expires", "next week")
+    assert code == 2 and "--expires 'next week': a date, YYYY-MM-DD" in err
+    document = json.loads(Path(path).read_text())
+    document["entries"][0]["expires"] = "2020-02-30"
+    Path(path).write_text(json.dumps(document))
+    code, _, err = gate(monkeypatch, capsys, THIN, "--baseline", path)
+    assert code == 2 and "baseline entry 1: `expires` '2020-02-30': a date, YYYY-MM-DD" in err
+
+
+def test_a_stale_entry_says_why_nothing_matched_it(monkeypatch, capsys, tmp_path):
+    path, _ = _baseline(monkeypatch, capsys, tmp_path, "--deployment", "canary")
+    code, out, _ = gate(monkeypatch, capsys, THIN, "--baseline", path, "--deployment", "production")
+    assert "Stale baseline entries (no finding matched them):" in out
+    assert "raises it under another identity: deployment 'canary' → 'production'" in out

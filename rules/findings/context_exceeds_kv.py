@@ -4,7 +4,7 @@ from capdiag import facts as F
 from capdiag.engine import Parts, cannot_judge, rule
 from capdiag.rules._common import line_ref
 
-@rule("context-exceeds-kv", code="CD104", severity="warning", thresholds={"few_requests": 2},
+@rule("context-exceeds-kv", code="CD104", worse=("fit", "lower"), severity="warning", thresholds={"few_requests": 2},
       reads=(F.VllmStartupError, F.VllmMaxConcurrency, F.VllmKVCacheSize, "kv_pool:tokens", "config:max_model_len?", "config:context_len?"))
 def context_exceeds_kv(kb, t):
     """What it checks: one request at the full context length (SGLang's `context_len`, vLLM's

@@ -5,7 +5,7 @@ from capdiag.engine import Parts, rule
 from capdiag.rules._common import line_ref
 
 
-@rule("cuda-graph-estimate-off", code="CD117", severity="warning",
+@rule("cuda-graph-estimate-off", code="CD117", worse=("error_percent", "higher"), severity="warning",
       thresholds={"max_error_percent": 30.0, "min_difference_gib": 0.5},
       frameworks=("vllm",),
       reads=(F.VllmGraphPool, F.VllmGraphCapture))

@@ -7,7 +7,7 @@ from capdiag.vocabulary import NAMED
 _STATED = NAMED + ("free",)  # what a rank's lines state it holds and has left, none of it from the total
 
 
-@rule("figures-exceed-gpu", code="CD132", severity="warning", thresholds={"over_percent": 2.0, "over_gib": 0.1},
+@rule("figures-exceed-gpu", code="CD132", worse=("held_gib", "higher"), severity="warning", thresholds={"over_percent": 2.0, "over_gib": 0.1},
       reads=("gpu:total_gib", *(f"breakdown:{c}?" for c in _STATED)))
 def figures_exceed_gpu(kb, t):
     """What it checks: the target rank's own figures — every breakdown row not computed from the

@@ -5,7 +5,7 @@ from capdiag.engine import Parts, rule
 from capdiag.rules._common import knob, observed_concurrency, runtime
 
 
-@rule("kv-capacity-binds", code="CD126", severity="warning", thresholds={"min_share_full": 0.05},
+@rule("kv-capacity-binds", code="CD126", worse=("queued_while_kv_full", "higher"), severity="warning", thresholds={"min_share_full": 0.05},
       reads=("runtime", F.Options))
 def kv_capacity_binds(kb, t):
     """What it checks: under real traffic the KV pool was at or above 90 % full while requests

@@ -3,7 +3,7 @@ from __future__ import annotations
 from capdiag.engine import Parts, cannot_judge, rule
 
 
-@rule("kv-head-replication", code="CD113", severity="info",
+@rule("kv-head-replication", code="CD113", worse=("copies", "higher"), severity="info",
       reads=("kv_pool:theoretical_bytes_per_token",))
 def kv_head_replication(kb):
     """What it checks: the model has fewer KV heads than the attention TP size (config.json),

@@ -8,7 +8,7 @@ from capdiag.vocabulary import GIB
 STEP = 0.01  # the utilization step whose tokens the vLLM advice states
 
 
-@rule("kv-retractions", code="CD128", severity="warning",
+@rule("kv-retractions", code="CD128", worse=("retractions", "higher"), severity="warning",
       reads=("runtime", "kv_pool:bytes_per_token?", "config:mem_fraction_static?", "config:gpu_memory_utilization?",
              "breakdown:free?", "gpu:total_gib?", "target_rank", F.LoadWeightBegin, F.Options, F.TrafficMark))
 def kv_retractions(kb):

@@ -3,7 +3,7 @@ from __future__ import annotations
 from capdiag.engine import Parts, cannot_judge, rule
 
 
-@rule("low-concurrency", code="CD124", severity="warning", thresholds={"request_tokens": 4096, "min_concurrent": 1},
+@rule("low-concurrency", code="CD124", worse=("concurrent", "lower"), severity="warning", thresholds={"request_tokens": 4096, "min_concurrent": 1},
       reads=("config:max_running_requests", "config:context_len?", "config:max_model_len?", "kv_pool:tokens"))
 def low_concurrency(kb, t):
     """What it checks: fewer than `min_concurrent` requests of `request_tokens` tokens fit at once

@@ -7,7 +7,7 @@ _READINGS = ((F.LoadWeightEnd, "mem_usage_gib", "weights"), (F.VllmModelLoading,
              (F.MemoryPoolEnd, "avail_gib", "free after pools"), (F.VllmAvailableKV, "gib", "available KV memory"))
 
 
-@rule("pp-stage-skew", code="CD118", severity="warning", thresholds={"max_spread_gib": 2.0},
+@rule("pp-stage-skew", code="CD118", worse=("spread_gib", "higher"), severity="warning", thresholds={"max_spread_gib": 2.0},
       reads=(F.LoadWeightEnd, F.MemoryPoolEnd, F.VllmAvailableKV, F.VllmModelLoading))
 def pp_stage_skew(kb, t):
     """What it checks: pipeline stages differ by more than `max_spread_gib` GiB in weights, free

@@ -9,7 +9,7 @@ _READINGS = ((F.LoadWeightBegin, "avail_gib", "free before weights"), (F.LoadWei
              (F.VllmModelLoading, "gib", "weights"), (F.VllmAvailableKV, "gib", "available KV memory"))
 
 
-@rule("rank-imbalance", code="CD112", severity="warning", thresholds={"max_spread_gib": 1.0},
+@rule("rank-imbalance", code="CD112", worse=("spread_gib", "higher"), severity="warning", thresholds={"max_spread_gib": 1.0},
       reads=(F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryPoolEnd, F.VllmAvailableKV, F.VllmModelLoading,
              "config:tp_size", "config:pp_size", "config:dp_size"))
 def rank_imbalance(kb, t):

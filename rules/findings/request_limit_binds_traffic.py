@@ -5,7 +5,7 @@ from capdiag.engine import Parts, rule
 from capdiag.rules._common import is_vllm, observed_concurrency, runtime
 
 
-@rule("request-limit-binds-traffic", code="CD127", severity="warning", thresholds={"min_share_queued": 0.2},
+@rule("request-limit-binds-traffic", code="CD127", worse=("queued_at_request_limit", "higher"), severity="warning", thresholds={"min_share_queued": 0.2},
       reads=("runtime", F.Options))
 def request_limit_binds_traffic(kb, t):
     """What it checks: under real traffic requests waited while the running requests were at the

@@ -4,7 +4,7 @@ from capdiag.engine import Parts, rule
 from capdiag.rules._common import gib
 
 
-@rule("speculative-draft-memory", code="CD120", severity="info",
+@rule("speculative-draft-memory", code="CD120", worse=("gib", "higher"), severity="info",
       reads=("breakdown:weights", "breakdown:kv_cache", "breakdown:cuda_graph", "breakdown:draft_weights?", "breakdown:draft_kv_cache?", "breakdown:draft_cuda_graph?"))
 def speculative_draft_memory(kb):
     """What it checks: a speculative-decoding draft model printed its own weight, KV or graph

@@ -5,7 +5,7 @@ from capdiag.engine import Parts, cannot_judge, rule
 from capdiag.rules._common import is_vllm, knob
 
 
-@rule("thin-headroom", code="CD110", severity="warning", thresholds={"min_free_gib": 1.0},
+@rule("thin-headroom", code="CD110", worse=("free_gib", "lower"), severity="warning", thresholds={"min_free_gib": 1.0},
       reads=(F.Options, "breakdown:budget?", "breakdown:free?", "gpu:total_gib"))
 def thin_headroom(kb, t):
     """What it checks: the memory left free at the end of start-up (SGLang: free after graph

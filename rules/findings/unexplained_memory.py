@@ -3,7 +3,7 @@ from __future__ import annotations
 from capdiag.engine import Parts, cannot_judge, rule
 
 
-@rule("unexplained-memory", code="CD106", severity="warning", thresholds={"max_gib": 2.0, "max_percent": 3.0},
+@rule("unexplained-memory", code="CD106", worse=("gib", "higher"), severity="warning", thresholds={"max_gib": 2.0, "max_percent": 3.0},
       reads=("breakdown:other", "gpu:total_gib"))
 def unexplained_memory(kb, t):
     """What it checks: the `other` row — nvidia-smi's used memory minus everything the log
