@@ -7,6 +7,7 @@ test suite.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -24,8 +25,16 @@ DEFAULT_FAIL_ON = "warning"
 WhatIfInput = Union[Mapping[str, Any], Sequence[str], None]
 
 
-@frozen
-class EvidenceLine:
+# The rows a report hands out are dataclasses, so `pandas.DataFrame(report.breakdown)` has a
+# column per field, and each has `to_dict()`.
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvidenceLine(_Row):
     """One line a conclusion rests on: where (`line 12`, `nvidia-smi line 3`, `config.json`,
     `input`), its line number (0 for inputs), the input it came from, and its text."""
 
@@ -36,8 +45,8 @@ class EvidenceLine:
     kind: str
 
 
-@frozen
-class Category:
+@dataclasses.dataclass(frozen=True)
+class Category(_Row):
     """One row of the memory breakdown of the target rank."""
 
     category: str
@@ -49,8 +58,8 @@ class Category:
     parent: Optional[str] = None  # the row this one lies within; None for a top-level row
 
 
-@frozen
-class Finding:
+@dataclasses.dataclass(frozen=True)
+class Finding(_Row):
     """A finding with its evidence chain: the conclusions it was drawn from, down to log lines."""
 
     code: Optional[str]
@@ -90,6 +99,13 @@ class Report(_Document):
     def __init__(self, data: dict[str, Any], analysis: Optional[Analysis] = None):
         super().__init__(data)
         self._analysis = analysis
+
+    def _repr_html_(self) -> str:
+        """How a notebook shows it: the answer, the breakdown and the findings, as an HTML fragment
+        (no page, no style sheet: nothing of it leaks into the notebook's own page)."""
+        from capdiag.render import render_notebook
+
+        return render_notebook(self._data)
 
     @property
     def framework(self) -> str:

@@ -89,6 +89,11 @@ def render_pieces(report: dict[str, Any], fmt: str, color: bool = False, width: 
     yield "\n"
 
 
+def render_notebook(report: dict[str, Any]) -> str:
+    """The report as a notebook cell shows it: an HTML fragment, every input escaped."""
+    return _env().get_template("html_notebook.j2").render(r=printable_data(report))
+
+
 def render_trace(rows: list[dict[str, Any]], width: int = DEFAULT_WIDTH) -> str:
     """One block per firing, in order: rule → conclusion, its inputs; then the rules asked
     about that did not fire, with what they needed (report.trace_rows)."""

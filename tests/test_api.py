@@ -125,3 +125,24 @@ def test_errors_name_options_as_the_caller_spells_them(monkeypatch, capsys):
 def test_the_trace_names_a_conclusion_without_a_key_by_its_topic():
     trace = capdiag.explain(EXAMPLE_LOG).trace(["breakdown.*", "kv-pool.*"])
     assert ".None" not in trace and "from target_rank = " in trace
+
+
+def test_a_report_in_a_notebook():
+    """A DataFrame of the breakdown has a column per field (the rows are dataclasses), each row
+    has to_dict(), and the report shows itself as an escaped HTML fragment."""
+    import dataclasses
+    report = capdiag.explain(EXAMPLE_LOG, gpu="h100_sxm")
+    row = report.breakdown[1]
+    assert dataclasses.is_dataclass(row) and row.to_dict()["category"] == "weights" and row.to_dict()["gib"] == 14.99
+    assert [f.name for f in dataclasses.fields(row)] == ["category", "gib", "status", "derivation", "rule",
+                                                         "evidence", "parent"]
+    assert report.findings[0].to_dict()["code"] == report.findings[0].code
+    html = report._repr_html_()
+    assert html.startswith('<div class="capdiag-report">') and "<style" not in html and "<html" not in html
+    assert "<td>unattributed</td><td>0.18</td>" in html and "<td>└ other</td>" in html
+    odd = capdiag.api.Report({**report.to_dict(), "source": {**report.to_dict()["source"], "path": "<b>x</b>.log"}})
+    assert "&lt;b&gt;x&lt;/b&gt;.log" in odd._repr_html_() and "<b>x</b>" not in odd._repr_html_()
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame(report.breakdown)
+    assert list(frame.columns[:3]) == ["category", "gib", "status"]
+    assert frame.set_index("category").loc["kv_cache", "gib"] == 50.74
