@@ -302,13 +302,16 @@ class Outcome:
     error: Optional[str]
 
 
-def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, **inputs: Any) -> Iterator[Outcome]:
+def explain_many(logs: Sequence[str], *, jobs: Optional[int] = None, executor: Any = None,
+                 **inputs: Any) -> Iterator[Outcome]:
     """explain() over many logs (paths; a directory stands for its *.log and *.log.gz files),
-    in `jobs` worker processes (default: one per core), yielded in input order. A log that
-    cannot be read is an Outcome with its error; the others go on."""
+    in `jobs` worker processes (default: one per core) or on `executor`, any
+    `concurrent.futures.Executor` (a Dask client's `get_executor()` runs it across a cluster),
+    yielded in input order. A log that cannot be read is an Outcome with its error; the others
+    go on."""
     from capdiag.batch import explain_many as run_many
 
-    for item in run_many(logs, report_of, jobs=jobs, **inputs):
+    for item in run_many(logs, report_of, jobs=jobs, executor=executor, **inputs):
         error = item.error if item.error is None or FROM_CLI.get() else for_python(item.error)
         yield Outcome(item.path, None if item.report is None else Report(item.report), error)
 

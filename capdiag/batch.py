@@ -3,10 +3,12 @@ processes (one per core by default), given back in input order; a log that canno
 reported with its one-line error and the others go on."""
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from capdiag.errors import InputError
@@ -57,22 +59,48 @@ def _explain(explain: Explain, job: tuple[str, dict[str, Any]]) -> Item:
         return Item(path, None, message if message.startswith(path) else f"{path}: {message}")
 
 
-def explain_many(logs: Sequence[str], explain: Explain, *, jobs: Optional[int] = None, **inputs: Any) -> Iterator[Item]:
+def explain_many(logs: Sequence[str], explain: Explain, *, jobs: Optional[int] = None,
+                 executor: Optional[Executor] = None, **inputs: Any) -> Iterator[Item]:
     """Each log's Item, in the order given (directories expanded), its report made by
     `explain(path, **inputs)` (a module-level function: workers are handed it by name) in
-    `jobs` worker processes (default: one per core; 1 works in this process)."""
+    `jobs` worker processes (default: one per core; 1 works in this process), or by `executor`
+    (any concurrent.futures.Executor: a Dask or Ray cluster's runs it unchanged). At most a few
+    batches per worker are in flight, so the reports held at once do not grow with the logs."""
     paths = expand(logs)
     work = [(path, inputs) for path in paths]
+    task = functools.partial(_explain, explain)
+    if executor is not None:
+        yield from _in_order(executor, task, work, batch=1, window=4 * max(1, jobs or os.cpu_count() or 1))
+        return
     jobs = min(jobs or os.cpu_count() or 1, len(paths))
     if jobs <= 1:
-        yield from map(functools.partial(_explain, explain), work)
+        yield from map(task, work)
         return
     # forked workers inherit the imports and the parsers built here; a log is ~30 ms of work,
     # so they take several at a time
     build_parsers()
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        yield from pool.map(functools.partial(_explain, explain), work, chunksize=max(1, len(work) // (jobs * 4)))
+        yield from _in_order(pool, task, work, batch=max(1, min(16, len(work) // (jobs * 4))), window=jobs * 2)
+
+
+def _run_batch(task: Callable, jobs: list) -> list:
+    return [task(job) for job in jobs]
+
+
+def _in_order(pool: Executor, task: Callable, work: list, batch: int, window: int) -> Iterator[Item]:
+    """`task` over `work` on `pool`, `batch` jobs a submission, at most `window` submissions
+    in flight, the results in the order of `work` (Executor.map would submit them all at once
+    and hold every result the reader has not taken yet)."""
+    batches = iter([work[i:i + batch] for i in range(0, len(work), batch)])
+    pending: collections.deque = collections.deque()
+    for jobs in itertools.islice(batches, window):
+        pending.append(pool.submit(_run_batch, task, jobs))
+    while pending:
+        done = pending.popleft().result()
+        for jobs in itertools.islice(batches, 1):
+            pending.append(pool.submit(_run_batch, task, jobs))
+        yield from done
 
 
 def summary_row(item: Item) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from capdiag import __version__, api, ruledocs, terminal
 from capdiag.analysis import read_launches
 from capdiag.api import DEFAULT_FAIL_ON
 from capdiag.errors import FROM_CLI, InputError, ReaderGone, output_failed, reader_gone
-from capdiag.render import FORMATS, MANY_FORMATS, render_many
+from capdiag.render import FORMATS, MANY_FORMATS, render_many_pieces
 from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
@@ -185,12 +185,18 @@ def _explain_many(logs, fmt, output, inputs, trace, jobs):
         raise InputError(f"--format {fmt} is one report; for many logs use {', '.join(MANY_FORMATS)}")
     from capdiag import batch  # worker processes: only for many logs
 
-    items = list(batch.explain_many(logs, api.report_of, jobs=jobs, **inputs))
-    _write(render_many(items, "table" if fmt == "text" else fmt), output)
-    for item in items:
-        if item.error:
-            click.echo(f"capdiag: error: {printable(item.error)}", err=True)
-    if any(item.error for item in items):
+    errors: list[str] = []
+
+    def noted(items):  # each written as it is done; only the errors are kept, for the end
+        for item in items:
+            if item.error:
+                errors.append(item.error)
+            yield item
+    _write(render_many_pieces(noted(batch.explain_many(logs, api.report_of, jobs=jobs, **inputs)),
+                              "table" if fmt == "text" else fmt), output)
+    for error in errors:
+        click.echo(f"capdiag: error: {printable(error)}", err=True)
+    if errors:
         sys.exit(2)
 
 

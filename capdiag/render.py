@@ -126,23 +126,35 @@ def _cell(value: Any) -> Any:
     return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
 
 
-def render_many(items, fmt: str) -> str:
-    """Many logs' outcomes (batch.Item, in order): `jsonl` one report per line (an error as
-    {"schema": "capdiag.error/1", "path", "error"}), `csv` the summary rows, `table` for a
-    terminal (summary.txt.j2)."""
-    from capdiag.batch import SUMMARY_COLUMNS, TABLE_HEADINGS, summary_row, table_cells
+def render_many_pieces(items, fmt: str) -> Iterator[str]:
+    """Many logs' outcomes (batch.Item, in order) as they come: `jsonl` one report per line (an
+    error as {"schema": "capdiag.error/1", "path", "error"}), `csv` the summary rows, each written
+    as its log is done, so neither holds the reports; `table` for a terminal (summary.txt.j2),
+    whose column widths need every (small) summary row first."""
+    from capdiag.batch import SUMMARY_COLUMNS, summary_row
 
     if fmt == "jsonl":
-        return "".join(json.dumps(i.report if i.report is not None else
-                                  {"schema": "capdiag.error/1", "path": i.path, "error": i.error},
-                                  ensure_ascii=False) + "\n" for i in items)
-    rows = [summary_row(i) for i in items]
+        for i in items:
+            yield json.dumps(i.report if i.report is not None else
+                             {"schema": "capdiag.error/1", "path": i.path, "error": i.error}, ensure_ascii=False) + "\n"
+        return
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, SUMMARY_COLUMNS, lineterminator="\n")
         writer.writeheader()
-        writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
-        return out.getvalue()
+        for i in items:
+            writer.writerow({k: _cell(v) for k, v in summary_row(i).items()})
+            yield out.getvalue()
+            out.seek(0)
+            out.truncate()
+        yield out.getvalue()
+        return
+    yield _summary_table([summary_row(i) for i in items])
+
+
+def _summary_table(rows: list[dict[str, Any]]) -> str:
+    from capdiag.batch import TABLE_HEADINGS, table_cells
+
     cells = [table_cells(row) for row in rows]
     widths = {key: max([len(heading)] + [len(c[key]) for c in cells]) for key, heading in TABLE_HEADINGS.items()}
     table = _env().get_template("summary.txt.j2").render(headings=TABLE_HEADINGS, rows=cells, widths=widths,

@@ -115,3 +115,82 @@ def test_csv_cells_from_the_log_never_run_as_formulas(tmp_path):
     assert [r["model"] for r in rows] == ["'" + n for n in ('=HYPERLINK("http://x.invalid","m")', "@SUM(A1:A9)",
                                                             "+cmd|/C calc!A0", "-2+3")]
     assert all(r["weights_gib"] == "15.1" for r in rows)  # figures stay numbers
+
+
+# ---- many logs in bounded memory, on any executor -------------------------------------------
+
+class _Counting:
+    """An executor that runs each task when submitted and counts the results not yet taken."""
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+        self.pool = ThreadPoolExecutor(max_workers=2)
+        self.most_held = self.held = 0
+
+    def submit(self, fn, *args):
+        future = self.pool.submit(fn, *args)
+        self.held += 1
+        self.most_held = max(self.most_held, self.held)
+        future.add_done_callback(lambda _: None)
+        return future
+
+    def taken(self):
+        self.held -= 1
+
+
+def test_the_reports_in_flight_do_not_grow_with_the_logs():
+    from capdiag import batch
+    from capdiag.api import report_of
+    pool = _Counting()
+    logs = LOGS * 15  # 60 logs
+    seen = []
+    for item in batch.explain_many(logs, report_of, jobs=2, executor=pool):
+        pool.taken()
+        seen.append(item.path)
+    assert seen == logs and pool.most_held <= 2 * 4 + 1  # the window, not the 60 logs
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_any_executor_runs_them_in_input_order(kind):
+    import capdiag
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    with (ThreadPoolExecutor if kind == "thread" else ProcessPoolExecutor)(max_workers=2) as pool:
+        outcomes = list(capdiag.explain_many(LOGS, executor=pool, gpu="h100_sxm"))
+    assert [o.path for o in outcomes] == LOGS and all(o.error is None for o in outcomes)
+    assert outcomes[0].report.to_dict() == capdiag.explain(LOGS[0], gpu="h100_sxm").to_dict()
+
+
+def test_a_local_dask_cluster_runs_them():
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed")
+    import capdiag
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        outcomes = list(capdiag.explain_many(LOGS, executor=client.get_executor()))
+    assert [o.path for o in outcomes] == LOGS
+    assert [o.report.framework for o in outcomes] == ["sglang", "vllm", "sglang", "sglang"]
+
+
+def test_jsonl_is_written_as_each_log_is_done(monkeypatch, capsys):
+    """The CLI writes each report as it comes: the first line is out before the last log is read."""
+    from capdiag import batch
+    written = []
+    real = batch.explain_many
+
+    def watched(*args, **kwargs):
+        for item in real(*args, **kwargs):
+            written.append(("done", item.path))
+            yield item
+    monkeypatch.setattr(batch, "explain_many", watched)
+    import capdiag.cli as cli
+    real_write = cli._write
+
+    def write(pieces, output, *rest):
+        def each():
+            for piece in pieces:
+                written.append(("written", json.loads(piece)["source"]["path"]))
+                yield piece
+        return real_write(each(), output, *rest)
+    monkeypatch.setattr(cli, "_write", write)
+    code, _, _ = run_entry(monkeypatch, capsys, "explain", *LOGS, "--format", "jsonl", "--jobs", "1")
+    assert code == 0
+    assert written[:2] == [("done", LOGS[0]), ("written", LOGS[0])]
