@@ -57,6 +57,12 @@ def workdir(tmp_path_factory) -> Path:
     shutil.copy(TESTS / "plan_configs" / "llama-3.1-8b.json", work / "config.json")
     # `nvidia-smi --query-gpu=index,memory.used,memory.free --format=csv,noheader` on the H100
     (work / "smi.csv").write_text("0, 69400 MiB, 11800 MiB\n")
+    # a running vLLM's `curl http://HOST:PORT/metrics > metrics.txt`
+    shutil.copy(TESTS / "endpoint_cases" / "vllm-v0110.metrics.txt", work / "metrics.txt")
+    # the baseline the gate command reads, as the baseline command writes it
+    code = subprocess.run([sys.executable, "-m", "capdiag", "baseline", str(work / "sglang.log"), "-o",
+                           str(work / "baseline.json")], capture_output=True, timeout=120).returncode
+    assert code == 0
     (work / "logs").mkdir()
     for name in ("sglang.log", "sglang-after.log", "vllm.log"):
         shutil.copy(work / name, work / "logs" / name)
@@ -71,7 +77,8 @@ def workdir(tmp_path_factory) -> Path:
 def test_the_skill_shows_the_commands_it_should():
     assert len(COMMANDS) >= 20 and all(c.startswith(("capdiag ", "cat ")) for c in COMMANDS)
     shown = " ".join(COMMANDS)
-    for command in ("capdiag explain", "capdiag diff", "capdiag gate", "capdiag plan", "capdiag rules"):
+    for command in ("capdiag explain", "capdiag diff", "capdiag gate", "capdiag plan", "capdiag rules",
+                    "capdiag probe", "capdiag baseline"):
         assert command in shown
 
 
@@ -121,7 +128,8 @@ def test_every_command_runs(command, workdir, monkeypatch):
     allowed = (0, 1) if shlex.split(command)[:2] == ["capdiag", "gate"] else (0,)
     assert code in allowed, f"{command}: {stderr}"
     assert "Traceback" not in stderr
-    output = (workdir / "fleet.csv").read_text() if "--output fleet.csv" in command else stdout
+    written = re.search(r"(?:--output|-o) (\S+)", command)  # a command that writes a file says so on stderr
+    output = (workdir / written.group(1)).read_text() if written else stdout
     assert output.strip()
     if re.search(r"--format json(\s|$)", command):
         json.loads(output)
