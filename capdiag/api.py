@@ -265,20 +265,26 @@ class GateResult:
 
 
 @python_errors
-def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Optional[str] = None,
+def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Union[str, bool, None] = None,
          baseline: Optional[str] = None, deployment: Optional[str] = None, fail_on_unknown: bool = False,
          **inputs: Any) -> GateResult:
     """Gate a deploy on start-up logs: fails on a finding at or above `fail_on` (default: the
     policy's, else warning) that the baseline does not accept, and with `fail_on_unknown` (or
-    the policy's) on a rule at that level that could not judge. `deployment` names the
-    deployment (part of every fingerprint; beats the policy's). `inputs` as for explain()."""
+    the policy's) on a rule at that level that could not judge. `policy` is a policy file; by
+    default the nearest `capdiag.toml` (or `pyproject.toml` with `[tool.capdiag]`) from the
+    working directory up; False for none. `deployment` names the deployment (part of every
+    fingerprint; beats the policy's). `inputs` as for explain()."""
+    import os
+
     from capdiag import gating
-    from capdiag.policy import SEVERITIES, load_policy
+    from capdiag.policy import SEVERITIES, find_policy, load_policy
 
     if fail_on is not None and fail_on not in SEVERITIES:
         raise InputError(f"--fail-on {fail_on}: one of {', '.join(SEVERITIES)}")
     if isinstance(logs, (str, bytes)) or not list(logs):
         raise InputError("give the logs to gate as a list of one or more paths (a gate over no log would pass)")
+    if policy is None:
+        policy = find_policy(os.getcwd())
     loaded = load_policy(policy) if policy else None
     level = fail_on or (loaded.fail_on if loaded else None) or DEFAULT_FAIL_ON
     entries = gating.read_baseline(baseline) if baseline else None

@@ -236,10 +236,17 @@ def probe_command(url, metrics_files, headers, token_env, timeout, insecure, ca_
 
 def _gate_options(func):
     """The policy and deployment name, and the inputs `gate` and `baseline` share with `explain`."""
-    func = log_inputs(func)
-    func = click.option("--deployment", help="Name the deployment the logs come from (part of every fingerprint; "
-                                             "beats the policy's `deployment`).")(func)
-    return click.option("--policy", type=click.Path(dir_okay=False), help="A capdiag.toml policy.")(func)
+    @functools.wraps(func)
+    def call(*args, no_policy: bool = False, policy=None, **kwargs):
+        return func(*args, policy=False if no_policy else policy, **kwargs)
+    call = log_inputs(call)
+    call = click.option("--deployment", help="Name the deployment the logs come from (part of every fingerprint; "
+                                             "beats the policy's `deployment`).")(call)
+    call = click.option("--no-policy", is_flag=True, help="Use no policy, not even one found from the working "
+                                                         "directory.")(call)
+    return click.option("--policy", type=click.Path(dir_okay=False),
+                        help="A capdiag.toml policy (or a pyproject.toml with [tool.capdiag]); default: the nearest "
+                             "one in the working directory or a parent.")(call)
 
 
 @main.command("gate", context_settings=CONTEXT)

@@ -47,7 +47,8 @@ def _printable(verdict: Verdict) -> Verdict:
                                  error=printable_data(r.error), findings=printable_data(r.findings),
                                  identity=printable_data(r.identity), not_judged=printable_data(r.not_judged))
                     for r in verdict.results)
-    return attrs.evolve(verdict, results=results, stale=printable_data(verdict.stale))
+    return attrs.evolve(verdict, results=results, stale=printable_data(verdict.stale),
+                        policy=printable_data(verdict.policy))
 
 
 def _text(verdict: Verdict) -> str:
@@ -56,7 +57,7 @@ def _text(verdict: Verdict) -> str:
 
 def _json(verdict: Verdict) -> str:
     doc = {"schema": "capdiag.gate/1", "verdict": verdict.status, "fail_on": verdict.fail_on,
-           "fail_on_unknown": verdict.fail_on_unknown, "suppressed": verdict.suppressed,
+           "fail_on_unknown": verdict.fail_on_unknown, "policy": verdict.policy, "suppressed": verdict.suppressed,
            "stale_baseline": list(verdict.stale),
            "logs": [{"path": r.path, "error": r.error, "status": r.status,
                      "framework": r.report["framework"] if r.report else None,

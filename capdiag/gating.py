@@ -91,6 +91,7 @@ class Verdict:
     suppressed: int
     fail_on_unknown: bool = False
     disabled: tuple = ()  # rules the policy turns off
+    policy: Optional[str] = None  # the policy file read (given, or found from the working directory)
 
     @property
     def failing(self) -> list[tuple[LogResult, dict]]:
@@ -252,4 +253,5 @@ def run(paths: list[str], *, fail_on: str, baseline: Optional[list[dict]] = None
     stale = tuple({**e, "why": _why_stale(e, results)} for e in baseline or [] if e.get("fingerprint") not in matched)
     policy = analysis.get("policy")
     disabled = tuple(name for name, entry in policy.rules.items() if entry.get("enabled") is False) if policy else ()
-    return Verdict(fail_on, tuple(results), stale, suppressed, fail_on_unknown, disabled)
+    source = policy.evidence.text.removeprefix("policy ") if policy else None
+    return Verdict(fail_on, tuple(results), stale, suppressed, fail_on_unknown, disabled, source)

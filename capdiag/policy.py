@@ -12,10 +12,14 @@
     enabled = false
 
 Every rule, key and type is checked when the file is loaded; a mistake is an error naming
-its line.
+its line. The same keys may sit in a `pyproject.toml` under `[tool.capdiag]` (its rules under
+`[tool.capdiag.rules.NAME]`). Without `--policy`, the gate takes the nearest `capdiag.toml`, or
+`pyproject.toml` holding `[tool.capdiag]`, in the working directory or a parent, as ruff finds
+its configuration.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 from capdiag import facts as F
@@ -27,6 +31,36 @@ from capdiag.rules import find_rule
 
 SEVERITIES = ("info", "warning", "error")
 MAX_THRESHOLD = 1e6  # GiB, percent, seconds, tokens, requests: every threshold is far below
+
+
+POLICY_FILE = "capdiag.toml"
+PYPROJECT = "pyproject.toml"
+
+
+def find_policy(start: str) -> Optional[str]:
+    """The nearest policy from `start` up to the filesystem root: a `capdiag.toml`, else a
+    `pyproject.toml` with a `[tool.capdiag]` table (one without it is passed over); None."""
+    here = os.path.abspath(start)
+    while True:
+        own = os.path.join(here, POLICY_FILE)
+        if os.path.isfile(own):
+            return own
+        project = os.path.join(here, PYPROJECT)
+        if os.path.isfile(project) and _has_table(project):
+            return project
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def _has_table(project: str) -> bool:
+    try:
+        data = toml_reader().loads(read_text(project, "policy"))
+    except (InputError, ValueError, RecursionError):  # not ours to judge: passed over
+        return False
+    tool = data.get("tool")
+    return isinstance(tool, dict) and isinstance(tool.get("capdiag"), dict)
 
 
 def _line_of(text: str, table: Optional[str], key: Optional[str]) -> int:
@@ -52,8 +86,16 @@ def load_policy(path: str) -> F.Policy:
     except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:  # ValueError: int digit limit
         raise InputError(f"{path}: not valid TOML ({str(exc)[:120]})") from None
 
+    # a pyproject.toml holds the policy as its [tool.capdiag] table
+    prefix = "tool.capdiag" if os.path.basename(path) == PYPROJECT else None
+    if prefix:
+        tool = data.get("tool")
+        data = tool.get("capdiag") if isinstance(tool, dict) else None
+        if not isinstance(data, dict):
+            raise InputError(f"{path}: no [tool.capdiag] table")
+
     def fail(message: str, table: Optional[str] = None, key: Optional[str] = None):
-        line = _line_of(text, table, key)
+        line = _line_of(text, ".".join(p for p in (prefix, table) if p) or None, key)
         raise InputError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
 
     for key in data:

@@ -64,6 +64,10 @@ def test_policy_baseline_and_exit_zero_reach_the_gate(tmp_path):
                                             '[rules.startup-failed]\nenabled = false\n', encoding="utf-8")
     done, _, outputs = run_action(workspace, logs="logs/oom_capture.log", policy="capdiag.toml")
     assert done.returncode == 0 and outputs["verdict"] == "pass", done.stdout + done.stderr
+    # not named, it is found in the workspace, as the CLI finds it from the working directory
+    done, _, outputs = run_action(workspace, logs="logs/oom_capture.log")
+    assert done.returncode == 0 and outputs["verdict"] == "pass", done.stdout + done.stderr
+    (workspace / "capdiag.toml").unlink()
     done, _, outputs = run_action(workspace, logs="logs/oom_capture.log", exit_zero="true")
     assert done.returncode == 0 and outputs["verdict"] == "fail"
     done, _, outputs = run_action(workspace, logs="logs/oom_capture.log", fail_on="error", fail_on_unknown="true",

@@ -592,3 +592,36 @@ def test_a_stale_entry_says_why_nothing_matched_it(monkeypatch, capsys, tmp_path
     code, out, _ = gate(monkeypatch, capsys, THIN, "--baseline", path, "--deployment", "production")
     assert "Stale baseline entries (no finding matched them):" in out
     assert "raises it under another identity: deployment 'canary' → 'production'" in out
+
+
+# ---- a policy found from the working directory, as ruff finds its configuration ---------------
+
+def test_the_nearest_policy_is_found_and_named(monkeypatch, capsys, tmp_path):
+    project = tmp_path / "repo"
+    (project / "deploy" / "logs").mkdir(parents=True)
+    (project / "capdiag.toml").write_text('fail-on = "info"\n')
+    monkeypatch.chdir(project / "deploy" / "logs")
+    code, out, _ = gate(monkeypatch, capsys, THIN)
+    assert code == 1 and f"fail-on info; policy {project / 'capdiag.toml'}" in out.splitlines()[0]
+    code, out, _ = gate(monkeypatch, capsys, THIN, "--format", "json")
+    assert json.loads(out)["policy"] == str(project / "capdiag.toml")
+    # --no-policy reads none: the default fail-on (warning) then passes the info findings
+    code, out, _ = gate(monkeypatch, capsys, str(TESTS / "rule_cases" / "fp8-kv-opportunity" / "fires.log"),
+                        "--no-policy")
+    assert "policy" not in out.splitlines()[0]
+
+
+def test_a_pyproject_table_is_a_policy_and_one_without_it_is_passed_over(monkeypatch, capsys, tmp_path):
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "inner"
+    inner.mkdir(parents=True)
+    (outer / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.capdiag]\nfail-on = "error"\n\n'
+                                          '[tool.capdiag.rules.thin-headroom]\nmin_free_gib = 0.5\n')
+    (inner / "pyproject.toml").write_text('[project]\nname = "inner"\n')  # no [tool.capdiag]: not a policy
+    monkeypatch.chdir(inner)
+    code, out, _ = gate(monkeypatch, capsys, THIN, "--fail-on", "warning")
+    # the outer table's threshold (0.5 GiB) lets 0.81 GiB free pass
+    assert code == 0 and f"policy {outer / 'pyproject.toml'}" in out and "CD110" not in out
+    (outer / "pyproject.toml").write_text('[tool.capdiag]\nfail-on = "error"\n\n[tool.capdiag.rules.thin-headroom]\n'
+                                          'min_free = 0.5\n')
+    code, _, err = gate(monkeypatch, capsys, THIN)
+    assert code == 2 and f"{outer / 'pyproject.toml'}:5: unknown key 'min_free' for rule thin-headroom" in err
