@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from capdiag.errors import InputError
 from capdiag.frozen import frozen
 from capdiag.parsing import build_parsers
+from capdiag.source import PathArg
 
 LOG_SUFFIXES = (".log", ".log.gz")
 SUMMARY_COLUMNS = ("log", "model", "framework", "gpu", "tp", "weights_gib", "kv_gib", "kv_tokens", "request_tokens",
@@ -35,7 +36,7 @@ def expand(logs: Sequence[str]) -> list[str]:
     paths: list[str] = []
     for log in logs:
         if log != "-" and os.path.isdir(log):
-            found = sorted(os.path.join(log, n) for n in os.listdir(log)
+            found = sorted(PathArg(os.path.join(log, n)) for n in os.listdir(log)
                            if n.endswith(LOG_SUFFIXES) and os.path.isfile(os.path.join(log, n)))
             if not found:
                 raise InputError(f"{log}: a directory with no {' or '.join('*' + s for s in LOG_SUFFIXES)} file")

@@ -22,6 +22,7 @@ from capdiag.gating import baseline_document
 from capdiag.gate_render import GATE_FORMATS, summary_markdown
 from capdiag.policy import SEVERITIES, load_policy
 from capdiag.printable import printable, printable_data
+from capdiag.source import PathArg
 from capdiag.rows import Rows, iterencode, pieces
 from capdiag.rules.plan.rules import BYTES_PER_WEIGHT
 from capdiag.terminal import COLOR_CHOICES
@@ -136,9 +137,10 @@ def log_inputs(func):
 
 
 def _stdin_or_refuse(logs: tuple[str, ...]) -> tuple[str, ...]:
-    """The logs named, else standard input when it is a pipe or a file."""
+    """The logs named (each a path, whatever its name holds), else standard input when it is a
+    pipe or a file."""
     if logs:
-        return logs
+        return tuple(PathArg(log) for log in logs)
     if sys.stdin is None or sys.stdin.isatty():
         raise InputError("give a LOG (a path, a directory of logs, or - for standard input), or pipe one in")
     return ("-",)
@@ -265,7 +267,7 @@ def _gate_options(func):
 def gate_command(logs, policy, deployment, inputs, fail_on, fmt, output, baseline, repo_root, fail_on_unknown,
                  exit_zero):
     """Gate a deploy on the start-up logs: exit 0 pass, 1 a finding at or above --fail-on, 2 input error."""
-    result = api.gate(logs, fail_on=fail_on, policy=policy, baseline=baseline, deployment=deployment,
+    result = api.gate(_stdin_or_refuse(logs), fail_on=fail_on, policy=policy, baseline=baseline, deployment=deployment,
                       fail_on_unknown=fail_on_unknown, **inputs)
     _write(result.render(fmt, repo_root), output)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -303,7 +305,7 @@ def check_policy(policies):
 @click.option("--expires", metavar="YYYY-MM-DD", help="After this date the entries accept nothing.")
 def baseline_command(logs, policy, deployment, inputs, output, reason, expires):
     """Write a baseline that accepts every finding the logs raise now, as bad as it is now."""
-    verdict = api.gate(logs, policy=policy, deployment=deployment, **inputs).verdict
+    verdict = api.gate(_stdin_or_refuse(logs), policy=policy, deployment=deployment, **inputs).verdict
     if verdict.errors:
         raise InputError(verdict.errors[0].error)
     document = baseline_document(verdict, reason=reason, expires=expires)
@@ -359,7 +361,7 @@ def plan_command(fmt, output, **options):
 @log_inputs
 def diff_command(before, after, fmt, output, inputs):
     """Compare two start-ups: configuration, memory per category, capacity, findings."""
-    _write(api.diff(before, after, **inputs).render(fmt, width=terminal.width() if not output else None), output)
+    _write(api.diff(PathArg(before), PathArg(after), **inputs).render(fmt, width=terminal.width() if not output else None), output)
 
 
 @main.command(context_settings=CONTEXT)

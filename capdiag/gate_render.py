@@ -43,7 +43,7 @@ def summary_markdown(verdict: Verdict) -> str:
 
 def _printable(verdict: Verdict) -> Verdict:
     """The verdict with every string that came from the inputs made printable."""
-    results = tuple(attrs.evolve(r, path=printable(r.path), report=printable_data(r.report),
+    results = tuple(attrs.evolve(r, path=printable(r.path, lines=False), report=printable_data(r.report),
                                  error=printable_data(r.error), findings=printable_data(r.findings),
                                  identity=printable_data(r.identity), not_judged=printable_data(r.not_judged))
                     for r in verdict.results)

@@ -304,10 +304,18 @@ def _lines(lines: Iterable[str]) -> Iterator[str]:
 LogInput = Union[str, "os.PathLike[str]", bytes, IO[bytes], IO[str], Iterable[str]]
 
 
+class PathArg(str):
+    """A log named on the command line or found in a directory: always a path, even one whose
+    name holds a newline (a plain str holding one is the log's text)."""
+
+    def __fspath__(self) -> str:
+        return str(self)
+
+
 def log_name(log: LogInput) -> str:
     """What the report calls a log: its path, `-`, or the kind of object it was given as."""
     if isinstance(log, os.PathLike) or (isinstance(log, str) and "\n" not in log):
-        return os.fspath(log)
+        return str(os.fspath(log))
     if isinstance(log, str):
         return "<text>"
     if isinstance(log, (bytes, bytearray)):

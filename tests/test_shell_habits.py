@@ -189,3 +189,20 @@ def test_trace_patterns_match_codes_and_say_why_a_rule_had_nothing_to_judge(monk
     assert "excess-headroom" not in err  # CD111 is not CD10*
     code, _, err = run_entry(monkeypatch, capsys, "explain", LOG, "--format", "json", "--trace", "CD102")
     assert "-- out-of-memory did not fire: " in err
+
+
+def test_a_path_whose_name_holds_a_newline_is_a_path(tmp_path, monkeypatch, capsys):
+    """A file name may hold a newline; on the command line (and in a directory) it names a file,
+    never the log's text, and no output line is broken by it."""
+    odd = tmp_path / "odd\nname.log"
+    odd.write_text(Path(LOG).read_text())
+    code, out, _ = run_entry(monkeypatch, capsys, "explain", str(odd), "--format", "json")
+    assert code == 0 and json.loads(out)["source"]["path"] == str(odd) and json.loads(out)["framework"] == "sglang"
+    code, out, _ = run_entry(monkeypatch, capsys, "gate", str(odd))
+    assert code == 0 and f"{tmp_path}/odd\\nname.log: sglang" in out
+    code, out, _ = run_entry(monkeypatch, capsys, "diff", str(odd), str(odd))
+    assert code == 0 and "CONFIGURATION CHANGES (0)" in out
+    code, out, _ = run_entry(monkeypatch, capsys, "explain", str(tmp_path), "--format", "jsonl")
+    assert code == 0 and json.loads(out.splitlines()[0])["source"]["path"] == str(odd)
+    code, _, err = run_entry(monkeypatch, capsys, "explain", str(tmp_path / "gone\nname.log"))
+    assert code == 2 and "no such file" in err and "neither an SGLang" not in err
