@@ -3,13 +3,14 @@ from the Hugging Face Hub through `huggingface_hub` — so its cache, `HF_TOKEN`
 `HF_HUB_OFFLINE` work as everywhere else. Every failure is one line (InputError)."""
 from __future__ import annotations
 
-import json
+import os
 import re
 from typing import Optional
 
 from capdiag import facts as F
 from capdiag.errors import InputError
 from capdiag.parsing.model_config import model_config_from
+from capdiag.side_input import read_json
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -30,8 +31,9 @@ def model_files(repo_id: str) -> tuple[F.ModelConfig, Optional[F.ModelWeights]]:
     index_path = _download(hf_hub_download, repo_id, INDEX, required=False)
     if index_path is None:
         return config, None
-    total = _json(index_path, repo_id, INDEX).get("metadata", {}).get("total_size")
-    if not isinstance(total, int) or total <= 0:
+    metadata = _json(index_path, repo_id, INDEX).get("metadata")
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    if isinstance(total, bool) or not isinstance(total, int) or total <= 0:  # a count of bytes, or nothing
         return config, None
     weights = F.ModelWeights(evidence=F.Evidence(1, f"{repo_id} {INDEX}: metadata.total_size={total}", 0, INDEX),
                              total_bytes=total)
@@ -64,11 +66,14 @@ def _download(hf_hub_download, repo_id: str, filename: str, *, required: bool) -
 
 
 def _json(path: str, repo_id: str, filename: str) -> dict:
+    """A file of the Hub's cache as a JSON object: a regular file (a FIFO or device planted in
+    the cache would block or never end), bounded, nested and numbered as any side input."""
+    if not os.path.isfile(path):
+        raise InputError(f"--model {repo_id}: {filename} in the Hugging Face cache is not a regular file ({path})")
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"--model {repo_id}: {filename} is not JSON ({exc})") from None
+        data = read_json(path, "config.json" if filename == CONFIG else "safetensors index")
+    except InputError as refused:
+        raise InputError(f"--model {repo_id}: {filename}: {str(refused).removeprefix(path + ': ')}") from None
     if not isinstance(data, dict):
         raise InputError(f"--model {repo_id}: {filename} is not a JSON object")
     return data

@@ -181,3 +181,46 @@ def test_gated_and_unknown_models_are_one_line(error, words, monkeypatch, capsys
     code, _, err = run_entry(monkeypatch, capsys, "plan", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "h100_sxm")
     assert code == 2 and err.startswith("capdiag: error: --model meta-llama/Llama-3.1-70B: " + words)
     assert len(err.splitlines()) == 1
+
+
+LLAMA_8B = json.loads((CONFIGS / "llama-3.1-8b.json").read_text()) if (CONFIGS / "llama-3.1-8b.json").exists() else {}
+
+
+@hub
+@pytest.mark.parametrize("name, index, words", [
+    ("deep", "[" * 5000 + "]" * 5000, "is not valid JSON"),
+    ("digits", '{"metadata": {"total_size": ' + "9" * 5001 + "}}", "is not valid JSON"),
+    ("metadata-list", {"metadata": [1]}, None),
+    ("total-true", {"metadata": {"total_size": True}}, None),
+    ("nan", '{"metadata": {"total_size": NaN}}', "holds a number that is not finite"),
+])
+def test_a_hostile_hub_cache_is_one_line_or_ignored(name, index, words, tmp_path):
+    """A cache file the plan cannot use is one line (exit 2), or, where only the index's total is
+    unusable, the weights are sized from the parameters — never 0 GiB of weights that 'fits'."""
+    pytest.importorskip("huggingface_hub")
+    cache = _hub_cache(tmp_path, "acme/hostile", {"config.json": LLAMA_8B})
+    snapshot = cache / "models--acme--hostile" / "snapshots" / COMMIT
+    (snapshot / "model.safetensors.index.json").write_text(index if isinstance(index, str) else json.dumps(index))
+    proc = _plan_offline(cache, tmp_path, "--model", "acme/hostile", "--gpu", "h100_sxm", "--format", "json")
+    assert "Traceback" not in proc.stderr
+    if words:
+        assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    else:
+        assert proc.returncode == 0, proc.stderr
+        weights = json.loads(proc.stdout)["per_gpu"]["weights_gib"]
+        assert "× 2 B" in weights["derivation"] and weights["value"] > 10  # 8B parameters, not 0 GiB
+
+
+@hub
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_or_device_in_the_hub_cache_is_refused_not_read(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    cache = _hub_cache(tmp_path, "acme/fifo", {})
+    snapshot = cache / "models--acme--fifo" / "snapshots" / COMMIT
+    os.mkfifo(snapshot / "config.json")  # nobody writes: open() would wait forever
+    proc = _plan_offline(cache, tmp_path, "--model", "acme/fifo", "--gpu", "h100_sxm")
+    assert proc.returncode == 2 and "config.json in the Hugging Face cache is not a regular file" in proc.stderr
+    os.unlink(snapshot / "config.json")
+    os.symlink("/dev/zero", snapshot / "config.json")
+    proc = _plan_offline(cache, tmp_path, "--model", "acme/fifo", "--gpu", "h100_sxm")
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
