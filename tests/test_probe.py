@@ -22,6 +22,7 @@ from capdiag.probe import analyse_probe
 from capdiag.render import render
 from capdiag.report import build
 from capdiag.rows import plain
+from helpers import run_entry
 
 CASES = Path(__file__).resolve().parent / "endpoint_cases"
 
@@ -530,3 +531,25 @@ def test_the_progress_line_is_drawn_on_a_terminal_only():
     assert screen == ["\r\x1b[Kwaiting 5 s", "\r\x1b[K"]
     import io
     assert progress_line(io.StringIO()) is None  # a pipe or a CI log gets no line drawn over itself
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "-2", "7.5", "1e309", "1" + "0" * 308])
+def test_a_gauge_that_is_no_figure_is_left_out(value, tmp_path, monkeypatch, capsys):
+    """NaN, infinities, negatives, a usage above 1 and counts past what a float holds exactly are
+    values the scrape does not give: left out, never a finding, a traceback or bare NaN in JSON."""
+    text = (CASES / "vllm-v0110.metrics.txt").read_text()
+    text = re.sub(r"^(vllm:kv_cache_usage_perc\{[^}]*\}) .*$", rf"\1 {value}", text, flags=re.M)
+    text = re.sub(r"^(vllm:num_preemptions_total\{[^}]*\}) .*$", rf"\1 {value}", text, flags=re.M)
+    scrape = tmp_path / "metrics.txt"
+    scrape.write_text(text)
+    code, out, err = run_entry(monkeypatch, capsys, "probe", "--metrics-file", str(scrape), "--format", "json")
+    assert code == 0 and "Traceback" not in err
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in the JSON report")
+    report = json.loads(out, parse_constant=refuse)
+    usage = (report["runtime"] or {}).get("kv_usage")
+    assert usage is None or all(0 <= usage[k] <= 1 for k in ("peak", "p50", "p90", "p99") if usage.get(k) is not None)
+    assert not any(f["code"] in ("CD126", "CD128") and value in f["message"] for f in report["findings"])
+    code, out, err = run_entry(monkeypatch, capsys, "probe", "--metrics-file", str(scrape))
+    assert code == 0 and "Traceback" not in err and " nan" not in out.lower() and "inf %" not in out.lower()

@@ -55,6 +55,12 @@ HISTOGRAMS = {
     "generation_length": ("request_generation_tokens", "generation_tokens_histogram"),
 }
 HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+# Every serving figure is a finite number from 0 to the largest whole number a float holds
+# exactly (counts, tokens, seconds); the usage gauges are fractions, at most 1. A sample outside
+# (NaN for "no value yet", a negative or absurd figure from a broken exporter) is left out, as a
+# value the scrape does not give: reported, it would be "-2 requests fit" or KV usage of 750 %.
+MOST = float(2 ** 53)
+BOUNDS = {"kv_cache_usage": 1.0}
 
 _CANONICAL: dict[str, tuple[str, int]] = {}  # exported name -> (canonical, rank among its names)
 for _table in (GAUGES, COUNTERS):
@@ -100,7 +106,7 @@ def read_metrics(text: str, source: str) -> list[Sample]:
                     bare = bare[len(prefix):]
                     break
             known = _CANONICAL.get(bare)
-            if known is not None:
+            if known is not None and 0.0 <= s.value <= BOUNDS.get(known[0], MOST):  # NaN fails both
                 found.append((known[1], Sample(known[0], s.name, dict(s.labels), float(s.value), framework,
                                                s.timestamp)))
     newest: dict[str, int] = {}
