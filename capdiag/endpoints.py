@@ -15,6 +15,7 @@ import httpx
 
 from capdiag.errors import InputError
 from capdiag.frozen import frozen
+from capdiag.side_input import json_problem
 
 MAX_BODY = 64 << 20  # bytes read of one response
 
@@ -26,10 +27,16 @@ class Response:
     text: str
 
     def json(self) -> Any:
+        """The answer as JSON, held to what any JSON input is (capdiag.side_input): nested at most
+        MAX_DEPTH deep, every number finite."""
         try:
-            return json.loads(self.text)
-        except ValueError:
+            data = json.loads(self.text)
+        except (ValueError, RecursionError):  # not JSON, a 5,000-digit number, nested past Python's stack
             raise InputError(f"GET {self.path}: the answer is not JSON ({self.text[:60]!r}…)") from None
+        problem = json_problem(data)
+        if problem is not None:
+            raise InputError(f"GET {self.path}: the answer {problem}")
+        return data
 
 
 class Server:

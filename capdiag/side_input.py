@@ -46,7 +46,7 @@ def read_text(path: str, what: str) -> str:
         raise InputError(f"{path}: the {what} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def _problem(value: Any) -> str | None:
+def json_problem(value: Any) -> str | None:
     """What makes parsed JSON unusable: nesting past MAX_DEPTH (json.loads takes ~900 levels,
     more than any walk of it should recurse through) or a number that is not finite."""
     stack = [(value, 0)]
@@ -69,7 +69,7 @@ def read_json(path: str, what: str) -> Any:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, int digit limit, depth
         raise InputError(f"{path}: the {what} is not valid JSON ({str(exc)[:120]})") from None
-    problem = _problem(data)
+    problem = json_problem(data)
     if problem is not None:
         raise InputError(f"{path}: the {what} {problem}")
     return data

@@ -553,3 +553,15 @@ def test_a_gauge_that_is_no_figure_is_left_out(value, tmp_path, monkeypatch, cap
     assert not any(f["code"] in ("CD126", "CD128") and value in f["message"] for f in report["findings"])
     code, out, err = run_entry(monkeypatch, capsys, "probe", "--metrics-file", str(scrape))
     assert code == 0 and "Traceback" not in err and " nan" not in out.lower() and "inf %" not in out.lower()
+
+
+@pytest.mark.parametrize("body, words", [
+    ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "the answer is not JSON"),  # past Python's recursion limit
+    ('{"a": ' * 200 + "1" + "}" * 200, "nests deeper than"),
+    ('{"max_total_num_tokens": NaN}', "holds a number that is not finite"),
+    ('{"x": ' + "9" * 5001 + "}", "the answer is not JSON"),
+])
+def test_an_answer_too_deep_or_not_finite_is_one_line(body, words, serve, monkeypatch, capsys):
+    url = serve({"/server_info": body})
+    code, _, err = run_entry(monkeypatch, capsys, "probe", url, "--interval", "0")
+    assert code == 2 and words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
