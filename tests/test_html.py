@@ -371,3 +371,34 @@ def test_in_a_real_browser(chromium, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1280, 2000)
+
+
+# The test's own copy of a page measures where its parts land (the report itself runs no script
+# and forbids them: its Content-Security-Policy is taken out of the copy only).
+_MEASURE = ("<script>addEventListener('load', () => { const out = {}; for (const [k, sel] of [['answer', '.answer'], "
+            "['summary', '#summary'], ['bars', 'svg.rank-bars']]) { const e = document.querySelector(sel); if (e) { "
+            "const r = e.getBoundingClientRect(); out[k] = [Math.round(r.top), Math.round(r.bottom)]; } } "
+            "document.body.setAttribute('data-rects', JSON.stringify(out)); });</script>")
+
+
+@pytest.mark.parametrize("log, kw", [(str(EXAMPLE), {"gpu": "h100_sxm"}), (fixture("oom_capture.log"), {}),
+                                     (fixture("weights_then_crash_tp2.log"), {}), (fixture("mla_tp2.log"), {}),
+                                     (fixture("vllm_v092_tp2.log"), {"gpu": "h100_sxm"})],
+                         ids=["healthy", "oom", "crash", "tp2", "vllm"])
+def test_the_first_screen_holds_the_answer_and_the_memory_picture(chromium, tmp_path, log, kw):
+    """At 1280×800 — a laptop's browser — the finding that matters (or the failure), its remedy,
+    and every rank's bar (up to four ranks) are on screen before any scrolling."""
+    import json
+    report = build(analyse(log, **kw))
+    page = tmp_path / "report.html"
+    page.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", render(report, "html"))
+                    .replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    done = _browser(chromium, tmp_path / "profile", "--window-size=1280,800", "--virtual-time-budget=3000",
+                    "--dump-dom", page.as_uri())
+    found = re.search(r'data-rects="([^"]*)"', done.stdout)
+    assert found, done.stderr[-2000:]
+    rects = json.loads(found.group(1).replace("&quot;", '"'))
+    summary = report["summary"]
+    if summary["answer"] or summary["outcome"] != "ready":
+        assert rects["summary"][1] <= 800, rects
+    assert rects["bars"][0] < 800 and (len(report["ranks"]) > 4 or rects["bars"][1] <= 800), rects
