@@ -49,11 +49,16 @@ _RETRACT = LazyPattern(
     _SGL_HEAD + rb"(?:KV cache pool is full\. Retract requests\.|[Dd]ecode out of memory happened[.,]) "
     rb"#retracted_reqs: " + _INT + rb"(?:, #new_tokens_gained: " + _INT + rb")?")
 # vLLM: V0 `Avg prompt throughput: … Running: R reqs, Swapped: S reqs, Pending: W reqs, GPU KV
-# cache usage: U%, CPU KV cache usage: C%.`, early V1 without the usage, V1 `Engine 000: … Running:
-# R reqs, Waiting: W reqs, GPU KV cache usage: U%, Prefix cache hit rate: H%` (one engine per DP rank).
+# cache usage: U%, CPU KV cache usage: C%.` (C: the swap space), early V1 without the usage, V1
+# `Engine 000: … Running: R reqs, Waiting: W reqs, GPU KV cache usage: U%, Prefix cache hit rate:
+# H%` (one engine per DP rank); since 0.2x (0.32's v1/metrics/loggers.py) the usage is the KV
+# device's — `GPU` for CUDA, else the device type (`CPU KV cache usage` on the CPU backend) — and
+# `Deferred: N reqs`, `KV fetch: …` and `Preemptions: N` may come between.
 _VLLM = LazyPattern(
     rb"Avg prompt throughput: " + _NUM + rb" tokens/s, Avg generation throughput: " + _NUM + rb" tokens/s, "
-    rb"Running: " + _INT + rb" reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): " + _INT + rb" reqs(?:, GPU KV cache usage: " + _NUM + rb"%)?")
+    rb"Running: " + _INT + rb" reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): " + _INT + rb" reqs"
+    rb"(?:, Deferred: \d+ reqs)?(?:, KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting)?"
+    rb"(?:, Preemptions: \d+)?(?:, [A-Z]{3} KV cache usage: " + _NUM + rb"%)?")
 _ENGINE = LazyPattern(rb"Engine " + _INT + rb": $")
 # Python's regular expressions cost about a character matched, so the fast reading of a block
 # takes only the runs of figures that stand together (the start of a decode line, its end, a
