@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 import tempfile
+import traceback
 from typing import Iterable, Optional, Union
 
 import attrs
@@ -478,3 +479,8 @@ def run() -> None:
         reader_gone()
     except OSError as exc:  # stdout on a full disk, EIO, …: the report was not delivered
         output_failed(exc)
+    except Exception as exc:  # a bug in capdiag: exit 2, as an error, never the 1 a failing gate exits with
+        if os.environ.get("CAPDIAG_TRACEBACK"):
+            traceback.print_exc()
+        _fail(f"internal error ({type(exc).__name__}): capdiag could not finish; this is a bug — please report it "
+              "(CAPDIAG_TRACEBACK=1 prints the traceback)")

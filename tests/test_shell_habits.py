@@ -206,3 +206,25 @@ def test_a_path_whose_name_holds_a_newline_is_a_path(tmp_path, monkeypatch, caps
     assert code == 0 and json.loads(out.splitlines()[0])["source"]["path"] == str(odd)
     code, _, err = run_entry(monkeypatch, capsys, "explain", str(tmp_path / "gone\nname.log"))
     assert code == 2 and "no such file" in err and "neither an SGLang" not in err
+
+
+def test_a_crash_is_an_error_exit_never_a_failing_gates_1(monkeypatch, capsys):
+    """A bug inside capdiag exits 2 with one line (CI tells it from a gate that failed, exit 1),
+    and shows the traceback only when asked."""
+    import capdiag.api
+    from capdiag.cli import run
+
+    def broken(*args, **kwargs):
+        raise KeyError("secret-token-123")
+    monkeypatch.setattr(capdiag.api, "gate", broken)
+    monkeypatch.setattr(sys, "argv", ["capdiag", "gate", LOG])
+    with pytest.raises(SystemExit) as ended:
+        run()
+    err = capsys.readouterr().err
+    assert ended.value.code == 2
+    assert err.startswith("capdiag: error: internal error (KeyError): capdiag could not finish; this is a bug")
+    assert "secret-token-123" not in err and "Traceback" not in err
+    monkeypatch.setenv("CAPDIAG_TRACEBACK", "1")
+    with pytest.raises(SystemExit) as ended:
+        run()
+    assert ended.value.code == 2 and "Traceback (most recent call last)" in capsys.readouterr().err
