@@ -103,7 +103,8 @@ def test_to_end_reads_a_pipe_to_its_end():
 def test_text_wraps_to_columns_and_cuts_no_derivation(columns):
     result = invoke("explain", fixture("mla_tp2.log"), "--gpu-total-gib", "80", env={"COLUMNS": str(columns)})
     assert result.exception is None
-    lines = result.output.splitlines()
+    # the header's path stays whole however deep the checkout (a word longer than a line is not cut)
+    lines = [line for line in result.output.splitlines() if fixture("mla_tp2.log") not in line]
     assert max(len(line) for line in lines) <= columns
     joined = re.sub(r"\n +", " ", result.output)
     for row in json.loads(invoke("explain", fixture("mla_tp2.log"), "--gpu-total-gib", "80", "--format",
