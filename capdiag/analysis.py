@@ -116,9 +116,14 @@ def read_launches(log: LogInput, framework: Optional[str] = None, until_ready: O
         raise InputError(f"{path}: the log is empty")
     # no start-up line but request traffic: the framework whose traffic lines these are
     chosen = framework or votes.winner() or (traffic.framework if traffic is not None else None)
+    failure = None
     if chosen is None:
         _, seen = views[FRAMEWORKS[0]].finish()
         failure = root_cause(seen[0].facts) if seen else None
+        # a failure in a framework's own wording (SGLang's `Capture cuda graph failed: …`) says whose log it is
+        said_by = failure.cause.wording.get("who") if failure is not None and failure.cause is not None else None
+        chosen = said_by if said_by in FRAMEWORKS else None
+    if chosen is None:
         said = (f"; it ends in a failure at line {failure.line.evidence.line} ({failure.raised.text.splitlines()[0][:120]}): "
                 "pass --framework sglang or vllm to analyse it") if failure is not None else ""
         raise InputError(f"{path}: neither an SGLang nor a vLLM start-up log "

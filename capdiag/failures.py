@@ -238,7 +238,8 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
         consequences = tuple(o for o, c in roles if o is not r and c is not None and c.role == "consequence")
         same = tuple(o for o, c in roles if o is not r and o.process != r.process and
                      (c == cause if cause is not None else o.text == r.text))
-        return RootCause(r, cause, phase_of(r), consequences, same)
+        said = cause.wording.get("phase") if cause is not None else None  # the wording names its phase
+        return RootCause(r, cause, phase_of(r) or said, consequences, same)
     return None
 
 
