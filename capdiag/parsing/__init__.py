@@ -6,7 +6,7 @@ A line is offered to each framework's grammar in turn (only the one named, with
 from __future__ import annotations
 
 import functools
-
+import re
 from typing import Iterable, Iterator, Optional
 
 import ahocorasick_rs
@@ -117,11 +117,13 @@ def framework_of(fact: F.Fact) -> Optional[str]:
 class FrameworkVotes:
     """The framework whose own line kinds a log holds most of, counted as its facts stream past;
     for a log that holds none (a traceback alone), the one whose source files its frames run
-    through."""
+    through; else the one its launch command runs (`$ VLLM_USE_V1=1 vllm serve …` pasted above an
+    error)."""
 
     def __init__(self) -> None:
         self.counts = {name: 0 for name in FRAMEWORKS}
         self.frames = {name: 0 for name in FRAMEWORKS}
+        self.commands = {name: 0 for name in FRAMEWORKS}
 
     def add(self, fact: F.Fact) -> None:
         name = framework_of(fact)
@@ -130,9 +132,13 @@ class FrameworkVotes:
         elif isinstance(fact, F.TracebackFrame):
             for candidate in FRAMEWORKS:
                 self.frames[candidate] += f"/{candidate}/" in fact.path
+        elif isinstance(fact, F.LaunchCommand):
+            named = [c for c in FRAMEWORKS if re.search(rf"(?<![\w-]){c}(?![\w-])", fact.evidence.text, re.I)]
+            if len(named) == 1:  # a command naming both (an SGLang image running vllm) says nothing
+                self.commands[named[0]] += 1
 
     def winner(self) -> Optional[str]:
-        counts = self.counts if max(self.counts.values()) else self.frames
+        counts = next((c for c in (self.counts, self.frames, self.commands) if max(c.values())), self.counts)
         best = max(counts.values())
         return None if best == 0 else max(FRAMEWORKS, key=lambda n: counts[n])
 
