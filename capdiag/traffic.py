@@ -53,12 +53,13 @@ _RETRACT = LazyPattern(
 # `Engine 000: … Running: R reqs, Waiting: W reqs, GPU KV cache usage: U%, Prefix cache hit rate:
 # H%` (one engine per DP rank); since 0.2x (0.32's v1/metrics/loggers.py) the usage is the KV
 # device's — `GPU` for CUDA, else the device type (`CPU KV cache usage` on the CPU backend) — and
-# `Deferred: N reqs`, `KV fetch: …` and `Preemptions: N` may come between.
+# `Deferred: N reqs`, `KV fetch: …` and `Preemptions: N` (those of the interval since the last
+# line; printed only when some were) may come between.
 _VLLM = LazyPattern(
     rb"Avg prompt throughput: " + _NUM + rb" tokens/s, Avg generation throughput: " + _NUM + rb" tokens/s, "
     rb"Running: " + _INT + rb" reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): " + _INT + rb" reqs"
     rb"(?:, Deferred: \d+ reqs)?(?:, KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting)?"
-    rb"(?:, Preemptions: \d+)?(?:, [A-Z]{3} KV cache usage: " + _NUM + rb"%)?")
+    rb"(?:, Preemptions: " + _INT + rb")?(?:, [A-Z]{3} KV cache usage: " + _NUM + rb"%)?")
 _ENGINE = LazyPattern(rb"Engine " + _INT + rb": $")
 # Python's regular expressions cost about a character matched, so the fast reading of a block
 # takes only the runs of figures that stand together (the start of a decode line, its end, a
@@ -379,17 +380,25 @@ class TrafficAggregator:
         pattern; False unless every metrics line gave it."""
         runs = []
         for start, stop in _ranges(block, SERIES_PER_BLOCK):
-            rows = _VLLM.findall(block, start, stop)  # (prompt, generation, running, waiting, usage)
+            rows = _VLLM.findall(block, start, stop)  # (prompt, generation, running, waiting, preempted, usage)
             if rows:
-                runs.append((start, stop, _columns(rows, 5)))
+                runs.append((start, stop, _columns(rows, 6)))
         if sum(len(r[2][0]) for r in runs) != lines:
             return False
         rank = self._rank("vllm", engine)
-        for start, stop, (_prompt, generation, running, waiting, usage) in runs:
+        for start, stop, (_prompt, generation, running, waiting, preempted, usage) in runs:
             rank.add(first, block, usage, waiting, running, (_vllm_when(block, start, stop, True),
                                                              _vllm_when(block, start, stop, False)))
             rank.throughput(list(map(float, generation)))
+            if any(preempted):
+                self._interval_preemptions(rank, first, block, start, stop, preempted)
         return True
+
+    def _interval_preemptions(self, rank, first: int, block: bytes, start: int, stop: int, counts) -> None:
+        """vLLM V1's `Preemptions: N` — those since the line before — summed; cited at the last."""
+        rank.preemptions = (rank.preemptions or 0) + sum(int(c) for c in counts if c)
+        at = block.rfind(b"Preemptions: ", start, stop)
+        rank.cite("last_preemption", first, block, at, rank.preemptions)
 
     def _vllm_rows(self, first: int, block: bytes) -> None:
         groups: dict[bytes, list] = {}
@@ -401,8 +410,11 @@ class TrafficAggregator:
             step = max(1, -(-len(found) // SERIES_PER_BLOCK))
             for at in range(0, len(found), step):
                 run = found[at:at + step]
-                rank.add(first, block, [m.group(5) or b"" for m in run], [m.group(4) for m in run],
+                rank.add(first, block, [m.group(6) or b"" for m in run], [m.group(4) for m in run],
                          [m.group(3) for m in run], (_vllm_time(block, run[0].start()), _vllm_time(block, run[-1].start())))
+                if any(m.group(5) for m in run):
+                    self._interval_preemptions(rank, first, block, run[0].start(), run[-1].end(),
+                                               [m.group(5) for m in run])
             rank.throughput([float(m.group(2)) for m in found])
 
     def _preemptions(self, first: int, block: bytes) -> None:

@@ -15,8 +15,9 @@ def kv_retractions(kb):
     """What it checks: the running server retracted requests (SGLang `KV cache pool is full.
     Retract requests. #retracted_reqs: N`, `Decode out of memory happened` before v0.4.8, or its
     `sglang:num_retracted_requests_total` counter) or preempted them (vLLM `Sequence group … is
-    preempted by PreemptionMode.RECOMPUTE mode … total_num_cumulative_preemption=N`, or its
-    `vllm:num_preemptions_total` counter — vLLM V1 logs no count, its /metrics does).
+    preempted by PreemptionMode.RECOMPUTE mode … total_num_cumulative_preemption=N`; V1's stats
+    line's `Preemptions: N`, those since the line before, summed — printed by recent releases
+    (0.32) when there were any, by early V1 never; or its `vllm:num_preemptions_total` counter).
 
     Why it matters: a retracted or preempted request loses its KV cache and is computed again
     later: the work is done twice and its latency jumps.
