@@ -387,3 +387,27 @@ def test_an_exception_raised_while_handling_a_consequence_is_one_too():
     # the same exception raised on its own is the root cause
     alone = root_cause(_facts(lines[6:]))
     assert alone is not None and alone.line.evidence.line == 3
+
+
+def test_an_error_of_the_frameworks_own_code_is_called_a_bug_to_upgrade_past(tmp_path):
+    """An AttributeError raised in SGLang's own scheduler after it was ready: no setting avoids
+    it; the advice is a newer release, not a configuration change."""
+    log = tmp_path / "sglang.log"
+    log.write_text("\n".join([
+        "[2025-03-06 06:14:02] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', tp_size=1, "
+        "mem_fraction_static=0.88)",
+        "[2025-03-06 06:14:40] The server is fired up and ready to roll!",
+        "[2025-03-06 06:15:33 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 552, in event_loop_overlap',
+        "    self.check_memory()",
+        '  File "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 935, in check_memory',
+        "    self.token_to_kv_pool.available_size()",
+        "AttributeError: 'Scheduler' object has no attribute 'token_to_kv_pool'",
+    ]) + "\n")
+    rep = corpus_report(str(log))
+    failed = finding(rep, "startup-failed")
+    assert failed["title"] == "The server failed after it was ready: AttributeError"
+    assert failed["action"].startswith("This is a bug in the framework's own code (the innermost frame, "
+                                       "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py:935")
+    assert "upgrade to a newer release" in failed["action"] and "no setting of this launch avoids it" in failed["action"]
+    assert rep["summary"]["outcome"] == "ready"

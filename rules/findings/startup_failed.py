@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from capdiag.engine import Parts, rule
 
 # Causes whose next step needs the log's figures: their own finding computes it.
@@ -17,6 +19,10 @@ def _cut(text: str) -> str:
         return text.rstrip(".")
     cut = text[:QUOTE].rsplit(" ", 1)[0].rstrip(".,;:")
     return cut + " …"
+
+
+# exceptions that say the program itself is wrong, not its input or its environment
+_CODE_ERRORS = frozenset({"AttributeError", "NameError", "UnboundLocalError", "KeyError", "IndexError"})
 
 
 @rule("startup-failed", code="CD125", severity="error",
@@ -64,6 +70,13 @@ def startup_failed(kb):
         action = weights.action
     elif v["next_step"]:
         action = v["next_step"]
+    elif v["frame"] and re.search(r"/(?:sglang|vllm|sgl_kernel)/", v["frame"]) and \
+            v["text"].split(":")[0].rsplit(".", 1)[-1] in _CODE_ERRORS:
+        # an error of the program itself (a name or attribute that is not there), raised in the
+        # framework's own file: a bug of this release, which a newer one usually fixes
+        action = (f"This is a bug in the framework's own code (the innermost frame, {v['frame']}, raises "
+                  f"{v['text'].split(':')[0]}): upgrade to a newer release, where it is usually fixed, or search "
+                  "the framework's issues for the message; no setting of this launch avoids it.")
     else:
         action = (f"Read the traceback ending at line {v['line']}"
                   + (f" (innermost frame {v['frame']})" if v["frame"] else "")
