@@ -19,6 +19,7 @@ from capdiag.endpoints import Server
 from capdiag.errors import InputError
 from capdiag.parsing import endpoints as E
 from capdiag.parsing.prometheus import read_metrics
+from capdiag.side_input import read_text
 
 
 DEFAULT_INTERVAL = 5.0  # seconds between a live server's two scrapes
@@ -136,11 +137,8 @@ def probe_files(paths: tuple[str, ...], framework: Optional[str] = None,
     rates: over the time the scrapes state, else `interval` seconds between consecutive ones)."""
     scrapes = []
     for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-        scrapes.append(read_metrics(text, path))
+        # bounded as a live answer is (/dev/zero, a runaway file), gzip read as such
+        scrapes.append(read_metrics(read_text(path, "metrics"), path))
     found = {s.framework for scrape in scrapes for s in scrape}
     chosen = framework or ("vllm" if "vllm" in found else "sglang" if "sglang" in found else None)
     if chosen is None:

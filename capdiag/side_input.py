@@ -16,7 +16,7 @@ from capdiag.source import open_input
 MIB = 1 << 20
 # far above any real file of the kind: a config.json is ~1-100 KiB, a policy < 10 KiB
 LIMITS = {"config.json": 16 * MIB, "policy": MIB, "baseline": 64 * MIB, "nvidia-smi": 4 * MIB,
-          "safetensors index": 64 * MIB}
+          "safetensors index": 64 * MIB, "metrics": 64 * MIB}  # metrics: a saved scrape, as endpoints.MAX_BODY
 
 
 def read_bytes(path: str, what: str) -> bytes:

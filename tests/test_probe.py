@@ -565,3 +565,15 @@ def test_an_answer_too_deep_or_not_finite_is_one_line(body, words, serve, monkey
     url = serve({"/server_info": body})
     code, _, err = run_entry(monkeypatch, capsys, "probe", url, "--interval", "0")
     assert code == 2 and words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_metrics_file_is_read_bounded(tmp_path, monkeypatch, capsys):
+    """/dev/zero, or a runaway file, is refused at the bound a live answer has; a gzipped scrape
+    is read as the scrape it holds."""
+    import gzip
+    code, _, err = run_entry(monkeypatch, capsys, "probe", "--metrics-file", "/dev/zero")
+    assert code == 2 and "/dev/zero: larger than 64 MiB, not a metrics file" in err
+    packed = tmp_path / "metrics.txt.gz"
+    packed.write_bytes(gzip.compress((CASES / "vllm-v0110.metrics.txt").read_bytes()))
+    code, out, _ = run_entry(monkeypatch, capsys, "probe", "--metrics-file", str(packed), "--format", "json")
+    assert code == 0 and json.loads(out)["kv_pool"]["tokens"] == 38944
