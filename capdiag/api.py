@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from capdiag import facts as F
@@ -274,8 +275,6 @@ def gate(logs: Sequence[LogInput], *, fail_on: Optional[str] = None, policy: Uni
     default the nearest `capdiag.toml` (or `pyproject.toml` with `[tool.capdiag]`) from the
     working directory up; False for none. `deployment` names the deployment (part of every
     fingerprint; beats the policy's). `inputs` as for explain()."""
-    import os
-
     from capdiag import gating
     from capdiag.policy import SEVERITIES, find_policy, load_policy
 

@@ -19,6 +19,11 @@ def gib(value: float) -> float:
     return round(value + 0.0, 2)
 
 
+def breakdown_rows(kb: Knowledge, categories) -> list:
+    """The breakdown's rows of `categories` that it has, in that order (known or not)."""
+    return [d for d in (kb.get("breakdown", c) for c in categories) if d is not None]
+
+
 def line_ref(fact: F.Fact) -> str:
     if fact.evidence.line == F.INPUT_LINE:  # the command line, the references, or an endpoint
         return "input" if fact.evidence.source in ("input", "log", "references") else fact.evidence.source

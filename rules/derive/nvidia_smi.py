@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import gib, target
+from capdiag.rules._common import breakdown_rows, gib, target
 from capdiag.rules.derive.breakdown import row
 from capdiag.vocabulary import NAMED
 
@@ -144,7 +144,7 @@ def other(kb):
         yield row("other", Unknown("needs the GPU's measured used memory: give --nvidia-smi-file"),
                   "unknown", "breakdown.other", (), "")
         return
-    parts = [kb.get("breakdown", c) for c in NAMED if kb.get("breakdown", c) is not None]
+    parts = breakdown_rows(kb, NAMED)
     missing = [p.key for p in parts if not p.known]
     if missing or kb.get("breakdown", "framework") is None:
         yield row("other", Unknown(f"needs every category; unknown: {', '.join(missing) or 'framework'}"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Unknown, rule
-from capdiag.rules._common import gib, line_ref, target
+from capdiag.rules._common import breakdown_rows, gib, line_ref, target
 from capdiag.rules.derive.breakdown import row
 from capdiag.vocabulary import NAMED
 
@@ -313,7 +313,7 @@ def unstated(kb):
     if target(kb) is None:
         return
     total = kb.get("gpu", "total_gib")
-    parts = [kb.get("breakdown", c) for c in NAMED if kb.get("breakdown", c) is not None]
+    parts = breakdown_rows(kb, NAMED)
     if total is None or not total.known:
         reason = total.value.reason if total is not None else "not stated in the inputs"
         yield row("unstated", Unknown(f"needs the GPU total: {reason}"), "unknown", "vllm.breakdown.unstated",

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from capdiag.engine import Parts, rule
-from capdiag.rules._common import gib
+from capdiag.rules._common import breakdown_rows, gib
 from capdiag.vocabulary import NAMED
 
 _STATED = NAMED + ("free",)  # what a rank's lines state it holds and has left, none of it from the total
@@ -29,8 +29,7 @@ def figures_exceed_gpu(kb, t):
     total = kb.get("gpu", "total_gib")
     if total is None or not total.known:
         return
-    stated = [d for d in (kb.get("breakdown", c) for c in _STATED)
-              if d is not None and d.known and d.value > 0 and total not in d.premises]
+    stated = [d for d in breakdown_rows(kb, _STATED) if d.known and d.value > 0 and total not in d.premises]
     held = gib(sum(d.value for d in stated))
     if not stated or held <= total.value * (1 + t["over_percent"] / 100) + t["over_gib"]:
         return
