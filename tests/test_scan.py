@@ -9,24 +9,41 @@ from hypothesis import given, settings, strategies as st
 
 import capdiag
 from capdiag import source
-from capdiag.source import ANCHORS, KEYWORDS, MAX_ANCHORS, anchors, candidate_runs
+from capdiag.source import ANCHORS, KEYWORDS, MAX_ANCHORS, anchor_groups, anchors, candidate_runs
 
 
-def test_every_keyword_holds_an_anchor_and_there_are_few_enough():
-    assert len(ANCHORS) <= MAX_ANCHORS
+def test_every_keyword_holds_an_anchor_and_each_automaton_keeps_its_prefilter():
+    groups = anchor_groups(ANCHORS)
+    assert all(0 < len(group) <= MAX_ANCHORS for group in groups)
+    assert sorted(a for group in groups for a in group) == sorted(ANCHORS)
     for keyword in KEYWORDS:
         assert any(anchor in keyword.lower() for anchor in ANCHORS), keyword
 
 
 def test_the_short_anchors_are_searched_apart_and_every_anchor_is_searched():
     """A short anchor in the long ones' automaton would shorten its prefilter's fingerprints."""
-    long_ones, short_ones = ({a for a in ANCHORS if len(a) >= source.SHORT_ANCHOR},
-                             {a for a in ANCHORS if len(a) < source.SHORT_ANCHOR})
-    assert short_ones and len(source._ANCHOR_SCANNERS) == 2
-    long_scanner, short_scanner = source._ANCHOR_SCANNERS
-    assert all(long_scanner.find_matches_as_indexes(a.encode()) for a in long_ones)
-    assert all(short_scanner.find_matches_as_indexes(a.encode()) for a in short_ones)
-    assert not any(long_scanner.find_matches_as_indexes(a.encode()) for a in short_ones)
+    groups = anchor_groups(ANCHORS)
+    assert len(source._ANCHOR_SCANNERS) == len(groups)
+    for group, scanner in zip(groups, source._ANCHOR_SCANNERS):
+        assert len({len(a) < source.SHORT_ANCHOR for a in group}) == 1, group
+        assert all(scanner.find_matches_as_indexes(a.encode()) for a in group)
+    short_ones = [a for a in ANCHORS if len(a) < source.SHORT_ANCHOR]
+    assert short_ones and not any(scanner.find_matches_as_indexes(a.encode()) for a in short_ones
+                                  for group, scanner in zip(groups, source._ANCHOR_SCANNERS)
+                                  if len(group[0]) >= source.SHORT_ANCHOR)
+
+
+def test_keywords_no_word_folds_are_searched_by_a_further_automaton():
+    """Past the limit, keywords that share no word stay whole: a further automaton searches them,
+    instead of the reader refusing to start."""
+    keywords = [f"distinct phrase {chr(97 + a)}{chr(97 + b)}" for a in range(9) for b in range(9)] + ["['"]
+    found = anchors(keywords, limit=8)
+    assert found == ("['", "distinct")  # the shared word still folds what it can
+    keywords = ["alpha one", "bravo two", "charlie three", "delta four", "echo five", "['", '"--']
+    found = anchors(keywords, limit=2)
+    assert len(found) == 7
+    assert anchor_groups(found, limit=2) == (("alpha one", "bravo two"), ("charlie three", "delta four"),
+                                             ("echo five",), ('"--', "['"))
 
 
 def test_too_many_keywords_share_their_common_word():
