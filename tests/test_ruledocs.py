@@ -30,18 +30,20 @@ def test_rule_is_documented(r):
         assert f"`{key}`" in r.doc, f"{r.name}: threshold {key} is not documented"
 
 
+FINDING_FILES = sorted(p for p in (Path(__file__).resolve().parents[1] / "rules" / "findings").glob("*.py")
+                       if not p.name.startswith("_"))
+
+
 def test_codes_and_names_are_unique():
-    assert len({r.code for r in FINDINGS}) == len({r.name for r in FINDINGS}) == len(FINDINGS) == 32
+    assert len({r.code for r in FINDINGS}) == len({r.name for r in FINDINGS}) == len(FINDINGS)
 
 
-def test_issue_slugs_are_all_present():
-    wanted = """startup-incomplete out-of-memory mem-fraction-unstated unexplained-memory deepgemm-jit-suspected
-    kernel-cache-cold overlap-weight-load thin-headroom excess-headroom rank-imbalance kv-head-replication
-    fp8-kv-opportunity request-limit-binds context-exceeds-kv cuda-graph-heavy cuda-graph-estimate-off pp-stage-skew
-    dp-attention-budget speculative-draft-memory swa-compressed-kv moe-expert-buffers gpu-capacity-ambiguous
-    utilization-too-high low-concurrency startup-failed kv-capacity-binds request-limit-binds-traffic kv-retractions
-    weights-exceed-budget pool-capped observed-lengths figures-exceed-gpu""".split()
-    assert sorted(wanted) == sorted(r.name for r in FINDINGS)
+def test_every_finding_file_holds_the_rule_its_name_spells():
+    """One finding a file (CONTRIBUTING: a new finding is a new file): the tree, not a list kept
+    by hand, says which findings there are."""
+    homes = {r.name: r.func.__module__.rsplit(".", 1)[-1] for r in FINDINGS}
+    assert sorted(homes.values()) == [p.stem for p in FINDING_FILES]
+    assert all(stem.replace("_", "-") == name for name, stem in homes.items())
 
 
 def test_find_rule_by_name_or_code():
@@ -52,7 +54,7 @@ def test_find_rule_by_name_or_code():
 
 def test_cli_lists_rules(monkeypatch, capsys):
     code, out, _ = run_entry(monkeypatch, capsys, "rules")
-    assert code == 0 and len(out.splitlines()) == 32
+    assert code == 0 and len(out.splitlines()) == len(FINDINGS)
     assert out.splitlines()[0].startswith("CD101  startup-incomplete")
 
 
@@ -82,7 +84,7 @@ def test_derivation_rule_is_documented(r):
 def test_the_folder_says_what_a_rule_is():
     assert {ruledocs.kind(r) for r in FINDINGS} == {"finding"}
     assert {ruledocs.kind(r) for r in DERIVATIONS} == {"derive", "what-if", "plan", "diff"}
-    assert len(DERIVE) == 51 and len({r.name for r in DERIVATIONS}) == len(DERIVATIONS)
+    assert DERIVE and len({r.name for r in DERIVATIONS}) == len(DERIVATIONS)
 
 
 def test_cli_lists_and_prints_derivation_rules(monkeypatch, capsys):

@@ -185,6 +185,16 @@ class DeviceName(Fact):
 
 
 @frozen_fact
+class KVScaleDefault(Fact):
+    """An fp8 KV cache stored with its scales at 1.0, because the checkpoint gave none: values
+    are cast to fp8 as they are (e4m3 holds ±448 at 3 mantissa bits). `dtype` is the fp8 format
+    the line names (vLLM's does, SGLang's does not)."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("KV cache scaling factor 1.0", "FP8 KV cache but no scaling factors")
+    dtype: Optional[str] = None
+
+
+@frozen_fact
 class ComputeCapability(Fact):
     """The GPU's compute capability as a line states it: vLLM's `SymmMemCommunicator: Device
     capability 8.0 not supported`, SGLang's FlashInfer autotune cache path `…/autotune/0.6.18/sm121/…`."""

@@ -17,7 +17,7 @@ from capdiag import facts as F
 from capdiag.frozen import frozen
 from capdiag.parsing.bounds import OutOfRange
 from capdiag.parsing.literal import MAX_DIGITS, parse_call_or_dict
-from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
+from capdiag.parsing.parsed import Parsed, cli_option, kv_scale_fields, parse_to_damage
 from capdiag.parsing.prose import capability, read_oom_message
 from capdiag.parsing.lalr import lalr_parser
 from capdiag.parsing.process_tag import read_tag
@@ -258,6 +258,9 @@ class _Lines(Transformer):
 
     def compute_capability(self, items):
         return (F.ComputeCapability, capability(str(items[1])))
+
+    def kv_scale_default(self, items):
+        return (F.KVScaleDefault, kv_scale_fields(items))
 
     def kernel_cache(self, _):
         return (F.KernelCacheNote, {})

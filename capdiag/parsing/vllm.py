@@ -13,7 +13,7 @@ from capdiag import facts as F
 from capdiag.parsing.literal import parse_call_or_dict, parse_literal
 from capdiag.parsing.prose import (capability, convert, name_numbers, named_quantities, numbers_after, read_oom_message,
                                    split_quantity)
-from capdiag.parsing.parsed import Parsed, cli_option, parse_to_damage
+from capdiag.parsing.parsed import Parsed, cli_option, kv_scale_fields, parse_to_damage
 from capdiag.parsing.lalr import lalr_parser
 from capdiag.parsing.process_tag import read_tag
 from capdiag.source import open_brackets
@@ -261,6 +261,9 @@ class _Lines(Transformer):
 
     def compute_capability(self, items):
         return (F.ComputeCapability, capability(str(items[1])))
+
+    def kv_scale_default(self, items):
+        return (F.KVScaleDefault, kv_scale_fields(items))
 
     def hybrid_block_size(self, items):
         return (F.VllmHybridBlockSize, {"block_size": int(items[0])})

@@ -93,6 +93,8 @@ def _values(kb: Knowledge, candidate: dict[str, Any], key: str) -> list[Any]:
         return [limit] if isinstance(limit, int) and isinstance(current, int) and limit > current else []
     if kind == "fp8":
         return [FP8["vllm" if _vllm(kb) else "sglang"]]
+    if kind == "model_dtype":
+        return ["auto"]
     if kind == "double":
         return [current * 2] if isinstance(current, int) else []
     raise ValueError(f"remedies.toml: unknown values rule {kind!r}")
