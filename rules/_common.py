@@ -31,6 +31,21 @@ def line_ref(fact: F.Fact) -> str:
         f"{fact.evidence.source} line {fact.evidence.line}"
 
 
+def dsv4_built(kb: Knowledge, rank, role: Optional[str] = "target") -> Optional[tuple[F.Fact, F.Fact, F.Fact]]:
+    """(DeepSeek-V4's memory calculation, the first and the last `DSV4 pool sizes` line) of the
+    rank, after the calculation and before the rank's first `Memory pool end`: the first is what
+    the memory bought, the last what the pools were built with — a second line means a limit cut
+    them (compare the first line, not the calculation's `full_token`, which a paste may cut short).
+    None without both kinds of line."""
+    calc = kb.first(F.DSV4MemoryCalculation, rank, role)
+    if calc is None:
+        return None
+    end = kb.first(F.MemoryPoolEnd, rank, role)
+    sizes = [s for s in kb.of(F.DSV4PoolSizes, rank=rank, role=role) if s.full is not None
+             and s.evidence.line > calc.evidence.line and (end is None or s.evidence.line < end.evidence.line)]
+    return (calc, sizes[0], sizes[-1]) if sizes else None
+
+
 def is_vllm(kb: Knowledge) -> bool:
     """The log is vLLM's (as detected from it, or as --framework says)."""
     options = kb.first(F.Options, role=None)

@@ -100,6 +100,17 @@ def test_kv_cache_from_dsv4_available_bytes():
     assert rep["observed"]["dsv4_available_bytes_gib"] == 45.78 and rep["observed"]["dsv4_full_token"] == 3044864
 
 
+def test_kv_cache_of_dsv4_pools_a_limit_cut_is_what_they_were_built_with():
+    """A second `DSV4 pool sizes` line: the pools were built for fewer tokens than the memory
+    bought (here 8 requests × 65,536), so the row is that count's bytes, not available_bytes."""
+    rep = report("kv_dsv4_cut.log")
+    r = row(rep, "kv_cache")
+    assert (r["gib"], r["status"]) == (8.32, "derived") and lines_of(r) == [4, 5, 6]  # 524288 × 15955.85 B + 0.53
+    assert "built for 524,288" in r["derivation"] and "3,044,864" in r["derivation"]
+    assert rep["kv_pool"]["tokens"] == 524288
+    assert abs(r["gib"] - (57.01 - 48.70)) < 0.05  # the drop across the pools' allocation: what was allocated
+
+
 def test_kv_cache_from_pool_delta():
     r = row(report("weights_derived_v040.log"), "kv_cache")
     assert (r["gib"], r["status"]) == (7.59, "derived")  # 9.69 − 2.10

@@ -190,7 +190,7 @@ class MemoryProfiling(SGLangFact):
 
 @frozen_fact
 class DSV4MemoryCalculation(SGLangFact):
-    KEYWORDS: ClassVar[tuple[str, ...]] = ("memory calculation", "pool sizes")
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("memory calculation",)
     PHASE: ClassVar[str] = "kv_pool"
     OBSERVED: ClassVar[tuple[tuple[str, str], ...]] = (
         ("available_bytes_gib", "dsv4_available_bytes_gib"),
@@ -200,6 +200,20 @@ class DSV4MemoryCalculation(SGLangFact):
     available_bytes_gib: Optional[float] = None
     full_token: Optional[int] = None
     fixed_gib: dict[str, float] = attrs.Factory(dict)  # c128_state_fixed, swa_fixed, …
+
+
+@frozen_fact
+class DSV4PoolSizes(SGLangFact):
+    """The token counts DeepSeek-V4's pools are built with. A rank prints it once as sized from
+    the memory calculation, and again when a limit cut the pools (`max_running_requests` ×
+    the context, the SWA request cap): the last line before the rank's `Memory pool end` is what
+    was allocated."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("pool sizes",)
+    full: Optional[int] = None
+    swa: Optional[int] = None
+    c4: Optional[int] = None
+    c128: Optional[int] = None
 
 
 @frozen_fact

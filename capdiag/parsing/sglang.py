@@ -200,8 +200,9 @@ class _Lines(Transformer):
             "available_bytes_gib": _num(f, "available_bytes"), "full_token": _int(f, "full_token"),
             "fixed_gib": fixed})
 
-    def dsv4_pool_sizes(self, _):
-        return None
+    def dsv4_pool_sizes(self, items):
+        f = items[-1]
+        return (F.DSV4PoolSizes, {key: _int(f, key) for key in ("full", "swa", "c4", "c128")})
 
     def post_capture_kv(self, items):
         f = items[-1]

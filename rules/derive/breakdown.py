@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import gib, line_ref, target
+from capdiag.rules._common import dsv4_built, gib, line_ref, target
 from capdiag.rules.derive.device import avail_caveat
-from capdiag.vocabulary import HELD_SINCE_WEIGHTS
+from capdiag.vocabulary import GIB, HELD_SINCE_WEIGHTS
 
 # the lines each reading draws on (its declared reads)
 _WEIGHT_LINES = (F.LoadWeightBegin, F.LoadWeightEnd, F.MemoryProfiling, F.WeightsCommitted)
-_KV_LINES = (F.PostCaptureKVSizing, F.KVCacheAllocated, F.SWAKVPoolUsage, F.DSV4MemoryCalculation, F.LoadWeightEnd,
-             F.MemoryPoolEnd, F.MambaCacheAllocated)
+_KV_LINES = (F.PostCaptureKVSizing, F.KVCacheAllocated, F.SWAKVPoolUsage, F.DSV4MemoryCalculation, F.DSV4PoolSizes,
+             F.LoadWeightEnd, F.MemoryPoolEnd, F.MambaCacheAllocated)
 _GRAPH_LINES = (F.GraphCaptureEnd, F.GraphCaptureBegin, F.ServerArgs)
 # said of a log and of a server's endpoints alike: neither is named, the missing figure is
 BEFORE_WEIGHTS_UNSTATED = ("the free memory before the weights load is not stated for this rank "
@@ -103,6 +103,15 @@ def _kv(kb, rank, role, category, rule_name):
                    f"SWAKVPool mem usage (full + SWA sub-pools, {line_ref(swa)})")
     if role == "draft":
         return None
+    built = dsv4_built(kb, rank, role)
+    if built is not None and built[0].bytes_per_full_token is not None and built[2].full < built[1].full:
+        calc, first, sizes = built
+        fixed = gib(sum(calc.fixed_gib.values()))
+        return row(category, gib(sizes.full * calc.bytes_per_full_token / GIB + fixed), "derived", rule_name,
+                   (calc, first, sizes),
+                   f"DeepSeek-V4 pools print no KV line: the memory bought {first.full:,} tokens ({line_ref(first)}), "
+                   f"built for {sizes.full:,} ({line_ref(sizes)}, a limit cut them): {sizes.full:,} × "
+                   f"{calc.bytes_per_full_token} B + fixed {fixed} GiB")
     dsv4 = kb.first(F.DSV4MemoryCalculation, rank, role)
     if dsv4 is not None and dsv4.available_bytes_gib is not None:
         return row(category, dsv4.available_bytes_gib, "derived", rule_name, (dsv4,),

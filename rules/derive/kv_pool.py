@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import gib, line_ref, target
+from capdiag.rules._common import dsv4_built, gib, line_ref, target
 from capdiag.vocabulary import implied_bytes_per_token
 
 
@@ -18,14 +18,16 @@ def main_kv_line(lines, budget):
 
 
 @rule("kv-pool.tokens", frameworks=("sglang",),
-      reads=(F.TokenBudget, F.KVCacheAllocated, F.DSV4MemoryCalculation, "target_rank"),
+      reads=(F.TokenBudget, F.KVCacheAllocated, F.DSV4MemoryCalculation, F.DSV4PoolSizes, F.MemoryPoolEnd,
+             "target_rank"),
       concludes=("kv_pool:tokens",))
 def tokens(kb):
     """What it concludes: `kv_pool.tokens`: the token capacity of the target KV pool on the rank.
 
     How: `#tokens` of the full-attention KV line (hybrid sliding-window models print a smaller SWA
-    pool too), else `max_total_num_tokens`, else DeepSeek-V4's `full_token`. Under DP attention it
-    is per DP worker.
+    pool too), else `max_total_num_tokens`, else the `full` count DeepSeek-V4's pools were built
+    with (the last `DSV4 pool sizes` line: a limit may have cut them below `full_token`), else
+    its `full_token`. Under DP attention it is per DP worker.
 
     Example: `KV Cache is allocated. #tokens: 415615, …`."""
     rank = target(kb)
@@ -34,11 +36,15 @@ def tokens(kb):
     budget = kb.first(F.TokenBudget, role=None)
     kv = main_kv_line(kb.of(F.KVCacheAllocated, rank=rank), budget)
     dsv4 = kb.first(F.DSV4MemoryCalculation, rank)
+    built = dsv4_built(kb, rank)
     if kv is not None:
         yield Derived("kv_pool", "tokens", kv.tokens, "kv-pool.tokens", (kv,), f"#tokens ({line_ref(kv)})")
     elif budget is not None:
         yield Derived("kv_pool", "tokens", budget.max_total_num_tokens, "kv-pool.tokens", (budget,),
                       f"max_total_num_tokens ({line_ref(budget)})")
+    elif built is not None:
+        yield Derived("kv_pool", "tokens", built[2].full, "kv-pool.tokens", (built[0], built[2]),
+                      f"DSV4 pool sizes full ({line_ref(built[2])})")
     elif dsv4 is not None and dsv4.full_token is not None:
         yield Derived("kv_pool", "tokens", dsv4.full_token, "kv-pool.tokens", (dsv4,),
                       f"DSV4 full_token ({line_ref(dsv4)})")

@@ -5,7 +5,8 @@ from capdiag.engine import Parts, cannot_judge, rule
 from capdiag.rules._common import line_ref
 
 @rule("context-exceeds-kv", code="CD104", worse=("fit", "lower"), severity="warning", thresholds={"few_requests": 2},
-      reads=(F.VllmStartupError, F.VllmMaxConcurrency, F.VllmKVCacheSize, "kv_pool:tokens", "config:max_model_len?", "config:context_len?"))
+      reads=(F.VllmStartupError, F.VllmMaxConcurrency, F.VllmKVCacheSize, "kv_pool:tokens", "config:max_model_len?", "config:context_len?",
+             "pool_cap?"))
 def context_exceeds_kv(kb, t):
     """What it checks: one request at the full context length (SGLang's `context_len`, vLLM's
     `max_model_len`) does not fit in the KV pool, or only a handful do. vLLM refuses to start
@@ -57,6 +58,9 @@ def context_exceeds_kv(kb, t):
     fit = int(round(tokens.value * ratio / context.value, 6)) if stated is not None else tokens.value // context.value
     if fit >= t["few_requests"]:
         return
+    cap = kb.get("pool_cap")
+    if cap is not None and cap.value["setting"] == "max_running_requests":
+        return  # pools built for the allowed requests × the context hold exactly those: pool-capped says so
     title = ("One request at the full context does not fit in the KV pool" if fit == 0
              else f"Only {fit} request at the full context fits in the KV pool")
     said = (f"vLLM states {stated.x}x requests of {stated.tokens} tokens ({line_ref(stated)})" if stated is not None

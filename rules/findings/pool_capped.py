@@ -17,10 +17,15 @@ def pool_capped(kb):
     free memory as waste ("raise the fraction") is wrong for such a start-up; capdiag gives
     none and says what caps the pool instead.
 
+    DeepSeek-V4's pools are built for no more than `max_running_requests` requests of the whole
+    context (`pool.cap`): the memory the fraction bought beyond them stays free.
+
     Example: `server_args=ServerArgs(…, max_total_tokens=20480, …)` with 60 GiB free at the end.
 
     What to do: keep the cap if it is deliberate (a test, a shared GPU); otherwise remove it and
     let the fraction size the pool — the free memory shown is about what the pool could grow by.
+    For DeepSeek-V4's request-sized pools, raise `--max-running-requests` to use what the memory
+    bought.
     """
     cap = kb.get("pool_cap")
     if cap is None:
@@ -36,6 +41,19 @@ def pool_capped(kb):
         premises += [free, per_token]
     if tokens is not None and tokens.known:
         premises.append(tokens)
+    if "bought_tokens" in cap.value:
+        built, bought = cap.value["built_tokens"], cap.value["bought_tokens"]
+        context = built // value if value else 0
+        more = bought // context if context else 0
+        yield Parts(premises,
+                    title=f"DeepSeek-V4's KV pools are built for {value} request(s), not for the memory",
+                    message=f"DeepSeek-V4's pools are built for max_running_requests={value} request(s) of the "
+                            f"{context:,}-token context ({built:,} tokens), where the memory bought {bought:,}: "
+                            f"the rest of the budget stays free.",
+                    action=f"If more requests must run at once, raise --max-running-requests (the memory holds "
+                           f"about {more} of the full context); the pools are rebuilt for the count.",
+                    detail={"setting": setting, "value": value, "bought_tokens": bought})
+        return
     yield Parts(premises,
                 title=f"The KV pool is capped by {setting}, not by memory",
                 message=f"The KV pool is capped by {setting}={value}, not by memory"
