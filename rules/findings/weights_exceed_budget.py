@@ -4,12 +4,13 @@ from capdiag import facts as F
 from capdiag.engine import Parts, rule
 from capdiag.rules.findings._advice import POOL_MIN_SHARE, round_up
 from capdiag.rules._common import gib, is_vllm, target
+from capdiag.vocabulary import GIB
 
 
 @rule("weights-exceed-budget", code="CD129", severity="error",
       reads=(F.LoadWeightBegin, F.LoadWeightEnd, "breakdown:weights?", "breakdown:budget?", "breakdown:activation?",
              "breakdown:framework?", "gpu:total_gib?", "config:mem_fraction_static?", "target_rank?",
-             F.Options))
+             "config:max_model_len?", "kv_pool:theoretical_bytes_per_token?", F.OutOfMemory, F.Options))
 def weights_exceed_budget(kb):
     """What it checks: the weights alone are larger than the memory the static fraction grants —
     vLLM: `Model loading took W GiB` above total × gpu_memory_utilization; SGLang: the weights
@@ -23,8 +24,11 @@ def weights_exceed_budget(kb):
     (a budget of 10.83 GiB).
 
     What to do: raise the fraction to at least what the weights (plus, for vLLM, the printed
-    activation peak and non-torch memory) need, when that leaves at least 5% for the KV
-    cache; otherwise no fraction fits: more tensor/pipeline parallelism or quantized weights.
+    activation peak and non-torch memory — or, where profiling died before printing its peak,
+    the allocation that ran out, a floor of it — and the KV cache of one request of
+    `max_model_len`, which vLLM needs to start, where the bytes a token takes are known) need,
+    when that leaves at least 5% for the KV cache; otherwise no fraction fits: more
+    tensor/pipeline parallelism or quantized weights.
     """
     rank = target(kb)
     if rank is None:
@@ -35,9 +39,22 @@ def weights_exceed_budget(kb):
             return
         extras = [d for d in (kb.get("breakdown", "activation"), kb.get("breakdown", "framework")) if d is not None and d.known]
         need = weights.value + sum(d.value for d in extras)
-        names = " + ".join(["weights"] + [("activation peak" if d.key == "activation" else "non-torch") for d in extras])
-        knob, base, premises = "gpu_memory_utilization", total.value, (weights, budget, total, *extras)
-        arithmetic = f"({names} {gib(need)} GiB) / total {base} GiB"
+        names = ["weights"] + [("activation peak" if d.key == "activation" else "non-torch") for d in extras]
+        premises = (weights, budget, total, *extras)
+        asked = [o for o in kb.of(F.OutOfMemory, role=None) if o.tried_to_allocate_mib]
+        if not any(d.key == "activation" for d in extras) and asked:
+            # profiling died before printing its peak: what it asked for is the least that peak is
+            floor = max(asked, key=lambda o: o.tried_to_allocate_mib)
+            need += floor.tried_to_allocate_mib / 1024
+            names.append("the allocation that ran out")
+            premises += (floor,)
+        length, cell = kb.get("config", "max_model_len"), kb.get("kv_pool", "theoretical_bytes_per_token")
+        if length is not None and cell is not None and length.known and cell.known and isinstance(length.value, int):
+            need += length.value * cell.value / GIB
+            names.append(f"one {length.value:,}-token request's KV")
+            premises += (length, cell)
+        knob, base = "gpu_memory_utilization", total.value
+        arithmetic = f"({' + '.join(names)} {gib(need)} GiB) / total {base} GiB"
     else:
         begin, mfs = kb.first(F.LoadWeightBegin, rank), kb.get("config", "mem_fraction_static")
         end = next((e for e in kb.of(F.LoadWeightEnd, rank=rank) if e.avail_gib is not None), None)
