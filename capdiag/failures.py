@@ -205,6 +205,20 @@ def phase_of(r: Raised) -> Optional[str]:
     return phases[max(found)][0] if found else None
 
 
+# The sentence of an error message in which the framework says what to change: vLLM's "Try
+# increasing `gpu_memory_utilization` or decreasing `max_model_len` …", "Decrease GPU memory
+# utilization or reduce GPU memory used by other processes.", SGLang's "Please try to increase
+# --mem-fraction-static." (a sentence ends at a period followed by a space or the end)
+_HINT = re.compile(r"(?:^|(?<=[.!:] ))((?:Please )?(?:[Tt]ry|[Cc]onsider|[Yy]ou (?:can|may|might) (?:also )?(?:want to )?try|"
+                   r"Decrease|Increase|Reduce|Lower)\b(?:[^.!]|\.(?=\S))*[.!]?)")
+
+
+def framework_hint(text: str) -> Optional[str]:
+    """The advice a framework's own error message gives, as it words it, or None."""
+    found = _HINT.search(text.replace("\n", " "))
+    return found.group(1).strip() if found else None
+
+
 def phase_words(name: str) -> str:
     return next((words for n, words, _ in catalogue()[1] if n == name), name.replace("_", " "))
 

@@ -209,7 +209,7 @@ def build(a: Analysis) -> dict[str, Any]:
     spread = kb.get("nvidia_smi", "spread")
     ready = kb.value("phase") == "ready"
     last = a.launch.failure or max(facts, key=lambda f: f.evidence.line)
-    summary = _summary(findings, ready, last)
+    summary = _summary(findings, ready, last, kb.get("failure"))
     return {
         "schema": SCHEMA,
         "framework": a.framework,
@@ -356,10 +356,11 @@ def _answer(findings: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
             "projected": remedy["projected"] if remedy else None, "changes": remedy["changes"] if remedy else None}
 
 
-def _summary(findings: list[dict[str, Any]], ready: bool, last: F.Fact) -> dict[str, Any]:
+def _summary(findings: list[dict[str, Any]], ready: bool, last: F.Fact, failure=None) -> dict[str, Any]:
     """What the report opens with: how the start-up ended, the line that says why, the next
-    step, the finding that matters most with its proven remedy, and the headlines of the error
-    and warning findings."""
+    step (and beside it, as the framework's own, the advice its error message gives), the
+    finding that matters most with its proven remedy, and the headlines of the error and
+    warning findings."""
     headlines = [{"severity": f["severity"], "code": f["code"], "title": f["title"]}
                  for f in findings if f["severity"] in ("error", "warning")][:6]
     answer = _answer(findings)
@@ -368,11 +369,14 @@ def _summary(findings: list[dict[str, Any]], ready: bool, last: F.Fact) -> dict[
     if ready or stopper is None:
         return {"outcome": "ready" if ready else "stopped", "title": None, "message": None,
                 "line": None if ready else {"line": last.evidence.line, "text": last.evidence.text},
-                "next_step": None, "finding": None, "headlines": headlines, "answer": answer}
+                "next_step": None, "framework_says": None, "finding": None, "headlines": headlines, "answer": answer}
     failed = stopper["severity"] == "error"
+    hint = failure.detail.get("framework_hint") if failed and failure is not None else None
     return {"outcome": "failed" if failed else "stopped", "title": stopper["title"], "message": stopper["message"],
             "line": stopper["main_evidence"] if failed else {"line": last.evidence.line, "text": last.evidence.text},
-            "next_step": stopper["action"], "finding": stopper["code"], "headlines": headlines,
+            "next_step": stopper["action"],
+            "framework_says": {"line": failure.detail["line"], "text": hint} if hint else None,
+            "finding": stopper["code"], "headlines": headlines,
             "answer": None if failed else answer}
 
 

@@ -411,3 +411,26 @@ def test_an_error_of_the_frameworks_own_code_is_called_a_bug_to_upgrade_past(tmp
                                        "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py:935")
     assert "upgrade to a newer release" in failed["action"] and "no setting of this launch avoids it" in failed["action"]
     assert rep["summary"]["outcome"] == "ready"
+
+
+def test_the_frameworks_own_advice_is_quoted_beside_the_next_step(capsys, monkeypatch):
+    """SGLang's `Not enough memory` error names the fraction in use and says what to try: the
+    fraction becomes the stated setting (no server_args line survives here), the advice is shown
+    as the framework's, with its line, next to capdiag's own next step."""
+    from helpers import fixture, run_entry
+    rep = corpus_report(str(fixture("sglang_not_enough_fraction_in_error.log")))
+    assert rep["config"]["mem_fraction_static"] == 0.5
+    assert "stated by the `Not enough memory` error" in rep["config_sources"]["mem_fraction_static"]
+    summary = rep["summary"]
+    assert summary["outcome"] == "failed"
+    assert summary["framework_says"] == {"line": 10, "text": "Please try to increase --mem-fraction-static."}
+    code, out, _ = run_entry(monkeypatch, capsys, "explain", str(fixture("sglang_not_enough_fraction_in_error.log")))
+    assert 'the framework\'s own advice, line 10: "Please try to increase --mem-fraction-static."' in out
+
+
+def test_a_vllm_error_gives_its_advice_and_a_torch_oom_gives_none():
+    rep = corpus_report(str(Path(__file__).resolve().parent / "rule_cases" / "weights-exceed-budget" / "fires-3.log"))
+    assert rep["summary"]["framework_says"] == {
+        "line": 8, "text": "Try increasing `gpu_memory_utilization` when initializing the engine."}
+    rep = corpus_report(str(Path(__file__).resolve().parent / "rule_cases" / "weights-exceed-budget" / "fires.log"))
+    assert rep["summary"]["outcome"] == "failed" and rep["summary"]["framework_says"] is None

@@ -303,6 +303,7 @@ class NotEnoughMemory(SGLangFact):
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Not enough memory", "leave no GPU memory")
     FAILS_STARTUP: ClassVar[bool] = True
+    mem_fraction_static: Optional[float] = None  # `Current value: mem_fraction_static=…` (2025-09+)
 
 @frozen_fact
 class SchedulerException(SGLangFact):

@@ -65,14 +65,15 @@ def config(kb):
 
 
 @rule("mem-fraction", frameworks=("sglang",),
-      reads=(F.ServerArgs, F.LaunchCommand, F.MemoryProfiling),
+      reads=(F.ServerArgs, F.LaunchCommand, F.MemoryProfiling, F.NotEnoughMemory),
       concludes=("config:mem_fraction_static",))
 def mem_fraction(kb):
     """What it concludes: `config.mem_fraction_static`: SGLang's static memory fraction, as the log
     states it.
 
     How: The value `server_args` states, else the launch command's `--mem-fraction-static`, else the
-    one a `Memory profiling:` line prints (two decimals). Not stated → unknown: SGLang chooses it at
+    one a `Memory profiling:` line prints (two decimals), else the one the `Not enough memory`
+    error states (`Current value: mem_fraction_static=0.5`). Not stated → unknown: SGLang chooses it at
     start-up from the GPU's total memory, so no default (0.88 or any other) is assumed.
 
     Example: `server_args=ServerArgs(…, mem_fraction_static=0.838, …)`."""
@@ -92,6 +93,11 @@ def mem_fraction(kb):
     if profiling is not None and profiling.mem_fraction_static is not None:
         yield Derived("config", "mem_fraction_static", profiling.mem_fraction_static, "mem-fraction",
                       (profiling,), "printed by `Memory profiling:` (rounded to 2 decimals)")
+        return
+    refusal = next((f for f in kb.of(F.NotEnoughMemory, role=None) if f.mem_fraction_static is not None), None)
+    if refusal is not None:
+        yield Derived("config", "mem_fraction_static", refusal.mem_fraction_static, "mem-fraction", (refusal,),
+                      "stated by the `Not enough memory` error")
         return
     reason = ("the log does not state mem_fraction_static"
               + (" (its server_args line is cut or elided)" if args is not None else

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, rule
-from capdiag.failures import failure_of, phase_words
+from capdiag.failures import failure_of, framework_hint, phase_words
 from capdiag.rules._common import line_ref
 
 _READS = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgnored, F.ExceptionRaised,
@@ -18,7 +18,9 @@ def root_cause(kb):
     How: The first exception of the launch that is not a consequence of another (a parent's "Engine
     core initialization failed", a child's sigquit, a cache miss after the hub refused) nor noise
     (clean-up at exit; a request's exception the HTTP server caught while serving), named from references/failure-causes.toml; the rank that raised it and the start-up phase
-    its traceback was in. Absent when the log shows no failure.
+    its traceback was in; the advice its own message gives (`framework_hint`: "Try increasing
+    `gpu_memory_utilization` …"), shown as the framework's, not capdiag's. Absent when the log
+    shows no failure.
 
     Example: `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB.` in a
     traceback during graph capture."""
@@ -30,6 +32,7 @@ def root_cause(kb):
     value = {"name": cause.name if cause else None, "title": cause.title if cause else None,
              "next_step": cause.next_step if cause else None, "text": r.text.split("\n")[0],
              "details": [d.message for d in r.details], "phase": found.phase,
+             "framework_hint": framework_hint(r.text),
              "phase_words": phase_words(found.phase) if found.phase else None,
              "rank": r.rank.label if r.rank.tagged else None, "process": r.process,
              "line": r.exception.evidence.line,
