@@ -339,7 +339,8 @@ def build_diff(before: Analysis, after: Analysis) -> dict[str, Any]:
             "concurrency": rows("diff_concurrency"), "findings": rows("diff_finding")}
 
 
-_STOPPERS = ("startup-failed", "out-of-memory", "utilization-too-high", "weights-exceed-budget", "startup-incomplete")
+_STOPPERS = ("startup-failed", "out-of-memory", "utilization-too-high", "context-exceeds-kv", "weights-exceed-budget",
+             "startup-incomplete")
 
 
 def _answer(findings: list[dict[str, Any]]) -> Optional[dict[str, Any]]:

@@ -6,7 +6,8 @@ from capdiag.engine import Parts, rule
 
 # Causes whose next step needs the log's figures: their own finding computes it.
 _FIGURED = {"cuda-out-of-memory": "out-of-memory", "kv-cache-no-room": "out-of-memory",
-            "moe-experts-unquantized": "out-of-memory", "gpu-memory-held": "utilization-too-high"}
+            "moe-experts-unquantized": "out-of-memory", "gpu-memory-held": "utilization-too-high",
+            "kv-cache-below-max-model-len": "context-exceeds-kv"}
 
 
 QUOTE = 300  # characters of an exception's text the message quotes
@@ -27,7 +28,7 @@ _CODE_ERRORS = frozenset({"AttributeError", "NameError", "UnboundLocalError", "K
 
 @rule("startup-failed", code="CD125", severity="error",
       reads=("failure", "phase?", "finding:out-of-memory?", "finding:utilization-too-high?",
-             "finding:weights-exceed-budget?"))
+             "finding:weights-exceed-budget?", "finding:context-exceeds-kv?"))
 def startup_failed(kb):
     """What it checks: the start-up failed with an exception, and which one is the root cause —
     the first that is not a consequence of another. A worker's `ValueError` is the cause; the
