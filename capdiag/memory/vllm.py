@@ -75,7 +75,12 @@ def scheduler_defaults(version: tuple[int, int], device_gib: float, device_name:
         tokens, seqs, tier = 2048, 256, f"< {LARGE_GPU_GIB} GiB or an A100"
     if version >= (0, 12) and max_model_len:
         tokens = min(tokens, seqs * max_model_len)
-    return tokens, seqs, f"vllm serve's default on a GPU of {tier}: {tokens} batched tokens, {seqs} sequences"
+    why = f"vllm serve's default on a GPU of {tier}: {tokens} batched tokens, {seqs} sequences"
+    if not device_name and LARGE_GPU_GIB <= device_gib < HUGE_GPU_GIB:
+        # an 80 GB A100 and an H100 both show ~79.2 GiB: only the name tells the tiers apart
+        why += ("; the GPU is not named, and an A100 of this size takes 2048 tokens and 256 sequences "
+                "(a smaller activation peak, a larger pool): give --gpu")
+    return tokens, seqs, why
 
 
 def sampler_bytes(version: tuple[int, int]) -> tuple[int, str]:
