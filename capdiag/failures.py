@@ -253,7 +253,14 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
         same = tuple(o for o, c in roles if o is not r and o.process != r.process and
                      (c == cause if cause is not None else o.text == r.text))
         said = cause.wording.get("phase") if cause is not None else None  # the wording names its phase
-        return RootCause(r, cause, phase_of(r) or said, consequences, same)
+        phase = phase_of(r) or said
+        if phase is None and cause is not None:
+            # the same failure re-raised further down (SGLang wraps a capture OOM in `Capture cuda
+            # graph failed: …`) may say where it was when the first raise's frames do not
+            phase = next((phase_of(o) or c.wording.get("phase") for o, c in roles[at + 1:]
+                          if c is not None and c.name == cause.name and o.process == r.process
+                          and (phase_of(o) or c.wording.get("phase"))), None)
+        return RootCause(r, cause, phase, consequences, same)
     return None
 
 

@@ -376,7 +376,7 @@ def _summary(findings: list[dict[str, Any]], ready: bool, last: F.Fact, failure=
     return {"outcome": "failed" if failed else "stopped", "title": stopper["title"], "message": stopper["message"],
             "line": stopper["main_evidence"] if failed else {"line": last.evidence.line, "text": last.evidence.text},
             "next_step": stopper["action"],
-            "framework_says": {"line": failure.detail["line"], "text": hint} if hint else None,
+            "framework_says": hint,
             "finding": stopper["code"], "headlines": headlines,
             "answer": None if failed else answer}
 

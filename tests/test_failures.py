@@ -434,3 +434,15 @@ def test_a_vllm_error_gives_its_advice_and_a_torch_oom_gives_none():
         "line": 8, "text": "Try increasing `gpu_memory_utilization` when initializing the engine."}
     rep = corpus_report(str(Path(__file__).resolve().parent / "rule_cases" / "weights-exceed-budget" / "fires.log"))
     assert rep["summary"]["outcome"] == "failed" and rep["summary"]["framework_says"] is None
+
+
+def test_a_capture_oom_reraised_by_sglang_is_read_in_graph_capture_with_sglangs_list():
+    """The first raise's frames (an attention kernel) name no phase; SGLang's re-raise of the same
+    out-of-memory (`Capture cuda graph failed: …`) does. Its `Possible solutions:` list is quoted as
+    SGLang's, and capdiag's own step lowers the fraction (weight loading would say the opposite)."""
+    rep = corpus_report(str(CASES / "graph-capture-oom-reraised.log"))
+    said = rep["summary"]["framework_says"]
+    assert said["line"] == 19 and said["text"].startswith(
+        "Possible solutions: set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7); set --cuda-graph-max-bs")
+    assert "disable CUDA graph by --disable-cuda-graph" in said["text"] and "Open an issue" not in said["text"]
+    assert "Lower --mem-fraction-static" in rep["summary"]["next_step"]

@@ -306,6 +306,16 @@ class NotEnoughMemory(SGLangFact):
     mem_fraction_static: Optional[float] = None  # `Current value: mem_fraction_static=…` (2025-09+)
 
 @frozen_fact
+class FrameworkSolution(SGLangFact):
+    """One line of the `Possible solutions:` list SGLang appends to an error it wraps (graph
+    capture), or its head (`text` None): the framework's own advice, shown as the framework's."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Possible solutions:", "to a smaller value (e.g.",
+                                           "by not using --enable-torch-compile", "by --disable-cuda-graph")
+    text: Optional[str] = None
+
+
+@frozen_fact
 class SchedulerException(SGLangFact):
     """`Scheduler hit an exception`: a scheduler process died during start-up."""
 

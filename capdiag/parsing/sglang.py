@@ -229,6 +229,12 @@ class _Lines(Transformer):
     def oom(self, items):
         return (F.OutOfMemory, read_oom_message([t for t in items[1:] if isinstance(t, Token)]))
 
+    def solutions_head(self, _):
+        return (F.FrameworkSolution, {})
+
+    def solution(self, items):
+        return (F.FrameworkSolution, {"text": str(items[0]).split(". ", 1)[1].strip()})
+
     def not_enough(self, items):
         stated = re.search(r"Current value: mem_fraction_static=(\d+(?:\.\d+)?)\b", str(items[-1])) if len(items) > 1 else None
         return (F.NotEnoughMemory, {"mem_fraction_static": float(stated.group(1)) if stated else None})

@@ -8,7 +8,31 @@ from capdiag.rules._common import line_ref
 
 _READS = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgnored, F.ExceptionRaised,
           F.ValidationDetail, F.ProcessKilled, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError,
-          F.VllmStartupMemory, F.ServerReady, F.VllmEngineReady)
+          F.VllmStartupMemory, F.ServerReady, F.VllmEngineReady, F.FrameworkSolution)
+
+
+def _framework_advice(kb, r) -> dict | None:
+    """{line, text}: the advice the framework gives with the failure — the sentence of its error
+    message that says what to try, else the `Possible solutions:` list SGLang prints after the
+    error it wraps (the first list after the root line)."""
+    said = framework_hint(r.text)
+    if said:
+        return {"line": r.exception.evidence.line, "text": said}
+    after = [f for f in kb.of(F.FrameworkSolution, role=None) if f.evidence.line > r.exception.evidence.line]
+    head = next((f for f in after if f.text is None), None)
+    if head is None:
+        return None
+    items = []
+    for f in after:
+        if f.evidence.line > head.evidence.line and f.text is not None:
+            if items and f.evidence.line != items[-1].evidence.line + 1:
+                break  # the list ends at its first gap
+            if not items and f.evidence.line != head.evidence.line + 1:
+                break
+            items.append(f)
+    if not items:
+        return None
+    return {"line": head.evidence.line, "text": "Possible solutions: " + "; ".join(f.text for f in items)}
 
 
 @rule("failure.root-cause", reads=_READS, concludes=("failure",))
@@ -32,7 +56,7 @@ def root_cause(kb):
     value = {"name": cause.name if cause else None, "title": cause.title if cause else None,
              "next_step": cause.next_step if cause else None, "text": r.text.split("\n")[0],
              "details": [d.message for d in r.details], "phase": found.phase,
-             "framework_hint": framework_hint(r.text),
+             "framework_hint": _framework_advice(kb, r),
              "phase_words": phase_words(found.phase) if found.phase else None,
              "rank": r.rank.label if r.rank.tagged else None, "process": r.process,
              "line": r.exception.evidence.line,

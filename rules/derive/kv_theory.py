@@ -55,7 +55,11 @@ def theoretical(kb):
                       "kv-pool.theoretical", (model,) + ((dtype_d,) if dtype_d else ()))
         return
     premises = tuple(p for p in (model, dtype_d, kb.get("config", "tp_size")) if p is not None)
-    cell = pool_cell(cfg, elem, *_split(kb))
+    split = _split(kb)
+    if split is None:
+        yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(_UNSPLIT), "kv-pool.theoretical", premises)
+        return
+    cell = pool_cell(cfg, elem, *split)
     if cell is None:
         yield Derived("kv_pool", "theoretical_bytes_per_token", Unknown(
             "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"),
@@ -68,12 +72,20 @@ def theoretical(kb):
                   detail)
 
 
-def _split(kb) -> tuple[int, int]:
-    """(attention ranks a layer's heads are split over, pipeline stages)."""
-    tp = kb.value("config", "tp_size") or 1
-    pp = kb.value("config", "pp_size") or 1
-    dp = kb.value("config", "dp_size") or 1
-    return (tp // dp if kb.value("config", "enable_dp_attention") and dp > 1 else tp), pp
+def _split(kb) -> Optional[tuple[int, int]]:
+    """(attention ranks a layer's heads are split over, pipeline stages); None when the log does
+    not state the TP or PP size (a rank's heads and layers depend on both: no default of 1). DP
+    matters only under DP attention, which states it."""
+    tp, pp = kb.value("config", "tp_size"), kb.value("config", "pp_size")
+    if not isinstance(tp, int) or not isinstance(pp, int) or tp < 1 or pp < 1:
+        return None
+    dp = kb.value("config", "dp_size")
+    if kb.value("config", "enable_dp_attention") and isinstance(dp, int) and dp > 1:
+        return tp // dp, pp
+    return tp, pp
+
+
+_UNSPLIT = "needs the log's tp_size and pp_size: the KV heads and layers a rank holds depend on them"
 
 
 def model_dtype(kb) -> Optional[tuple[F.Fact, str, str]]:
@@ -148,7 +160,9 @@ def _by_width(kb, unstated: str) -> Derived:
     why = ("DeepSeek-V4 compresses KV: no per-token cell" if _is_compressed_swa(cfg) else
            "DSA's cell holds fp8 scales and an indexer row, not a whole number of elements"
            if cfg.get("kv_lora_rank") and cfg.get("index_head_dim") else None)
-    cells = {} if why else {w: pool_cell(cfg, w, *_split(kb)) for w in _BY_WIDTH}
+    split = _split(kb)
+    why = why or (None if split is not None else _UNSPLIT)
+    cells = {} if why else {w: pool_cell(cfg, w, *split) for w in _BY_WIDTH}
     if not why and None in cells.values():
         why = "config.json lacks the attention shape (num_attention_heads, and head_dim or hidden_size)"
     if why:

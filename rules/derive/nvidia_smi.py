@@ -10,9 +10,10 @@ from capdiag.vocabulary import NAMED
 SPREAD_GIB = 1.0  # a rank whose used memory differs from the median by more than this is named
 
 
-def gpu_index(rank: F.Rank, tp_size: int, base: int, step: int) -> int | None:
-    """The device a rank ran on: base_gpu_id + (PP stage × TP size + TP rank) × gpu_id_step."""
-    if rank.tp_index is None:
+def gpu_index(rank: F.Rank, tp_size: int | None, base: int, step: int) -> int | None:
+    """The device a rank ran on: base_gpu_id + (PP stage × TP size + TP rank) × gpu_id_step; None
+    for a later PP stage when the TP size is not stated (its offset is unknown, not 1 × stage)."""
+    if rank.tp_index is None or rank.pp and not isinstance(tp_size, int):
         return None
     return base + ((rank.pp or 0) * tp_size + rank.tp_index) * step
 
@@ -44,7 +45,7 @@ def ranks(kb):
     args = kb.first(F.ServerArgs, role=None)
     base = args.fields.get("base_gpu_id", 0) if args is not None else 0
     step = args.fields.get("gpu_id_step", 1) if args is not None else 1
-    tp = kb.value("config", "tp_size") or 1
+    tp = kb.value("config", "tp_size")
     keys = {f.rank.key(): f.rank for f in kb.facts if f.evidence.source == "log"}
     for key, rank in sorted(keys.items()):
         index = gpu_index(rank, tp, base if isinstance(base, int) else 0, step if isinstance(step, int) else 1)
