@@ -29,6 +29,7 @@ FP8 = {"sglang": "fp8_e4m3", "vllm": "fp8"}
 # hundredths first (the least change), then twentieths up to the bound
 STEPS = tuple(round(0.01 * i, 2) for i in range(1, 10)) + tuple(round(0.05 * i, 2) for i in range(2, 19))
 SERIOUS = ("warning", "error")
+RANK = {"info": 0, "warning": 1, "error": 2}
 
 
 def _vllm(kb: Knowledge) -> bool:
@@ -102,8 +103,8 @@ def _values(kb: Knowledge, candidate: dict[str, Any], key: str) -> list[Any]:
 
 @frozen
 class Trial:
-    """What one projected change did: the findings that went and came (those that came at warning
-    or above), each remaining finding's message, and the projected figures."""
+    """What one projected change did: the findings that went and came (those that came, or grew, to
+    warning or above), each remaining finding's message, and the projected figures."""
     disappear: frozenset
     introduces: tuple[str, ...]
     messages: dict
@@ -126,6 +127,10 @@ def _project(kb: Knowledge, rules: tuple[Rule, ...], changes: dict[str, Any], le
     then = projection.detail["then"]
     findings = [d for d in then.topic("finding") if isinstance(d, Finding)]
     appear = set(projection.value["findings_appear"])
+    # a finding the change makes worse is as new as one it raises (a pool halved below one request
+    # of max_model_len turns context-exceeds-kv from a note into a warning: vLLM would refuse)
+    before = {d.rule: RANK.get(d.severity, 0) for d in kb.topic("finding") if isinstance(d, Finding)}
+    appear |= {d.rule for d in findings if d.rule in before and RANK.get(d.severity, 0) > before[d.rule]}
     context = then.value("config", "context_len") or then.value("config", "max_model_len")
     # requests longer than the projected context are refused, not queued: no concurrency to claim
     row = then.get("concurrency", length) if not (isinstance(context, int) and 0 < context < length) else None
