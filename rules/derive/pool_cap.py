@@ -39,14 +39,20 @@ def pool_cap(kb):
     rank = target(kb)
     built = dsv4_built(kb, rank) if rank is not None else None
     requests, context = kb.get("config", "max_running_requests"), kb.get("config", "context_len")
-    if built is None or built[2].full >= built[1].full or requests is None or context is None \
-            or not (requests.known and context.known):
+    if built is None or built[2].full >= built[1].full:
         return
+    cut = {"built_tokens": built[2].full, "bought_tokens": built[1].full}
+    bought = f"where the memory bought {built[1].full:,} ({line_ref(built[1])})"
     page = kb.value("config", "page_size")
-    if abs(built[2].full - requests.value * context.value) <= (page if isinstance(page, int) else 0):
-        yield Derived("pool_cap", None, {"setting": "max_running_requests", "value": requests.value,
-                                         "built_tokens": built[2].full, "bought_tokens": built[1].full}, "pool.cap",
+    if requests is not None and context is not None and requests.known and context.known \
+            and abs(built[2].full - requests.value * context.value) <= (page if isinstance(page, int) else 0):
+        yield Derived("pool_cap", None, {"setting": "max_running_requests", "value": requests.value, **cut}, "pool.cap",
                       (built[1], built[2], requests, context),
                       f"DeepSeek-V4's pools built for {built[2].full:,} tokens ({line_ref(built[2])}) = "
-                      f"max_running_requests {requests.value} × context {context.value:,}, where the memory "
-                      f"bought {built[1].full:,} ({line_ref(built[1])})")
+                      f"max_running_requests {requests.value} × context {context.value:,}, {bought}")
+        return
+    # the log shows the cut but not the setting behind it (an excerpt without server_args)
+    yield Derived("pool_cap", None, {"setting": "a limit the log does not name", "value": built[2].full, **cut},
+                  "pool.cap", (built[1], built[2]),
+                  f"DeepSeek-V4's pools built for {built[2].full:,} tokens ({line_ref(built[2])}), {bought}: "
+                  "--max-total-tokens, or max_running_requests × the context")

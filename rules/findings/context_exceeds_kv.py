@@ -58,9 +58,8 @@ def context_exceeds_kv(kb, t):
     fit = int(round(tokens.value * ratio / context.value, 6)) if stated is not None else tokens.value // context.value
     if fit >= t["few_requests"]:
         return
-    cap = kb.get("pool_cap")
-    if cap is not None and cap.value["setting"] == "max_running_requests":
-        return  # pools built for the allowed requests × the context hold exactly those: pool-capped says so
+    if kb.get("pool_cap") is not None:
+        return  # a setting, not memory, sized the pool: pool-capped says which, and lifting it is the fix
     title = ("One request at the full context does not fit in the KV pool" if fit == 0
              else f"Only {fit} request at the full context fits in the KV pool")
     said = (f"vLLM states {stated.x}x requests of {stated.tokens} tokens ({line_ref(stated)})" if stated is not None

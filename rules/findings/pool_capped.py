@@ -41,6 +41,17 @@ def pool_capped(kb):
         premises += [free, per_token]
     if tokens is not None and tokens.known:
         premises.append(tokens)
+    if "bought_tokens" in cap.value and setting != "max_running_requests":
+        built, bought = cap.value["built_tokens"], cap.value["bought_tokens"]
+        yield Parts(premises,
+                    title="DeepSeek-V4's KV pools were cut below what the memory bought",
+                    message=f"DeepSeek-V4's pools were built for {built:,} tokens where the memory bought {bought:,}: "
+                            "a limit cut them (the log does not state which: --max-total-tokens, or "
+                            "--max-running-requests × the context), and the rest of the budget stays free.",
+                    action="Raise or remove that limit (--max-total-tokens, else --max-running-requests) to give the "
+                           f"pools the memory the fraction bought, about {bought:,} tokens.",
+                    detail={"setting": setting, "value": value, "bought_tokens": bought})
+        return
     if "bought_tokens" in cap.value:
         built, bought = cap.value["built_tokens"], cap.value["bought_tokens"]
         context = built // value if value else 0
