@@ -177,6 +177,7 @@ def build(a: Analysis) -> dict[str, Any]:
                             "request_limit": d.detail.get("request_limit"), "max_concurrent": _value(d),
                             "binding": d.detail.get("binding"), "upper_bound": d.detail.get("upper_bound", False),
                             "per_dp_worker": d.detail.get("per_dp_worker", False),
+                            **({"state_limit": d.detail["state_limit"]} if "state_limit" in d.detail else {}),
                             "derivation": d.formula if d.known else f"{_reason(d)}; {d.formula}".strip("; ")})
 
     findings = []

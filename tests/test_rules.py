@@ -545,3 +545,13 @@ def test_every_fixture_has_a_row_per_core_category_and_evidence(name):
             assert r["evidence"] and r["derivation"], r
             assert all(isinstance(e["line"], int) and e["line"] >= 1 for e in r["evidence"]
                        if e["kind"] not in ("GpuTotal", "Options")), r
+
+
+def test_mamba_state_slots_bound_concurrency_where_no_request_limit_is_printed():
+    """SGLang caps a hybrid model's request limit at its state slots // 3: with the limit itself
+    not printed, that is the tighter upper bound, not the pool's tokens // length."""
+    rep = report("sglang_mamba_slots_no_request_limit.log")
+    row = rep["concurrency"][0]
+    assert (row["request_tokens"], row["token_limit"], row["max_concurrent"]) == (4096, 299, 39)
+    assert row["binding"] == "state slots" and row["upper_bound"] and row["state_limit"] == 39
+    assert "117 Mamba state slots // 3 = 39 requests (line 3)" in row["derivation"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import line_ref
+from capdiag.memory.sglang import MAMBA_SLOTS_PER_REQUEST
 from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
 @rule("concurrency", frameworks=("sglang",),
-      reads=(F.Options, F.TokenBudget, "config:dp_size"),
+      reads=(F.Options, F.TokenBudget, F.MambaCacheAllocated, "config:dp_size"),
       concludes=("concurrency",))
 def concurrency(kb):
     """What it concludes: `concurrency.<L>`: how many requests of L tokens fit in the SGLang pool at
@@ -16,15 +17,17 @@ def concurrency(kb):
 
     How: For each request length L: token limit = max_total_num_tokens // L, request limit =
     max_running_requests, concurrent requests = the smaller (the token limit, marked as an upper
-    bound, where the request limit is not printed). Both figures are per DP worker (SGLang divides
-    them under DP attention); radix-cache sharing and page rounding are ignored, so this is the
-    worst case of distinct prompts.
+    bound, where the request limit is not printed; a hybrid model's Mamba state slots bound it then
+    too, three a request, as SGLang caps its request limit). Both figures are per DP worker (SGLang
+    divides them under DP attention); radix-cache sharing and page rounding are ignored, so this is
+    the worst case of distinct prompts.
 
     Example: `max_total_num_tokens=415615, …, max_running_requests=4096`: min(415615 // 4096 = 101,
     4096) = 101."""
     options = kb.first(F.Options, role=None)
     lengths = options.token_lengths if options else DEFAULT_TOKEN_LENGTHS
     budget = next((b for b in kb.of(F.TokenBudget, role=None)), None)
+    mamba = next((m for m in kb.of(F.MambaCacheAllocated, role=None) if m.max_cache_size), None)
     dp = kb.value("config", "dp_size")
     for length in lengths:
         if budget is None:
@@ -32,7 +35,14 @@ def concurrency(kb):
                           "concurrency", (options,) if options else ())
             continue
         value, formula, detail = limits(budget.max_total_num_tokens, budget.max_running_requests, length, dp)
-        yield Derived("concurrency", length, value, "concurrency", (budget,), f"{formula} ({line_ref(budget)})", detail)
+        premises, formula = (budget,), f"{formula} ({line_ref(budget)})"
+        slots = mamba.max_cache_size // MAMBA_SLOTS_PER_REQUEST if mamba is not None else None
+        if budget.max_running_requests is None and slots is not None and slots < value:
+            value, premises = slots, (budget, mamba)
+            formula += (f"; at most {mamba.max_cache_size} Mamba state slots // {MAMBA_SLOTS_PER_REQUEST} = {slots} "
+                        f"requests ({line_ref(mamba)})")
+            detail = {**detail, "state_limit": slots, "binding": "state slots"}
+        yield Derived("concurrency", length, value, "concurrency", premises, formula, detail)
 
 
 def limits(pool_tokens: int, requests, length: int, dp) -> tuple[int, str, dict]:
