@@ -178,6 +178,7 @@ def build(a: Analysis) -> dict[str, Any]:
                             "binding": d.detail.get("binding"), "upper_bound": d.detail.get("upper_bound", False),
                             "per_dp_worker": d.detail.get("per_dp_worker", False),
                             **({"state_limit": d.detail["state_limit"]} if "state_limit" in d.detail else {}),
+                            "longer_than_context": d.detail.get("longer_than_context", False),
                             "derivation": d.formula if d.known else f"{_reason(d)}; {d.formula}".strip("; ")})
 
     findings = []

@@ -7,6 +7,7 @@ from typing import Optional
 from capdiag import facts as F
 from capdiag.engine import Knowledge
 from capdiag.parsing.bounds import in_range
+from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
 def target(kb: Knowledge) -> Optional[tuple]:
@@ -44,6 +45,29 @@ def dsv4_built(kb: Knowledge, rank, role: Optional[str] = "target") -> Optional[
     sizes = [s for s in kb.of(F.DSV4PoolSizes, rank=rank, role=role) if s.full is not None
              and s.evidence.line > calc.evidence.line and (end is None or s.evidence.line < end.evidence.line)]
     return (calc, sizes[0], sizes[-1]) if sizes else None
+
+
+def context_of(kb: Knowledge) -> Optional[int]:
+    """The longest request the server takes (vLLM's max_model_len, SGLang's context_len), or None."""
+    context = kb.value("config", "max_model_len") or kb.value("config", "context_len")
+    return context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else None
+
+
+def request_lengths(kb: Knowledge) -> tuple[int, ...]:
+    """The request lengths of the concurrency table: the user's (or the default ones), and the
+    server's context too where one of them is longer than it (such a request is refused, not
+    queued: its row says so, and the context's row says what does run)."""
+    options = kb.first(F.Options, role=None)
+    lengths = tuple(options.token_lengths if options is not None and options.token_lengths else DEFAULT_TOKEN_LENGTHS)
+    context = context_of(kb)
+    return tuple(sorted(set(lengths) | {context})) if context is not None and max(lengths) > context else lengths
+
+
+def sizing_length(kb: Knowledge) -> int:
+    """The request length a remedy states its figures at: the first of the table's lengths the
+    server takes."""
+    context = context_of(kb)
+    return next((length for length in request_lengths(kb) if context is None or length <= context), context or 0)
 
 
 def is_vllm(kb: Knowledge) -> bool:

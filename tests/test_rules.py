@@ -555,3 +555,15 @@ def test_mamba_state_slots_bound_concurrency_where_no_request_limit_is_printed()
     assert (row["request_tokens"], row["token_limit"], row["max_concurrent"]) == (4096, 299, 39)
     assert row["binding"] == "state slots" and row["upper_bound"] and row["state_limit"] == 39
     assert "117 Mamba state slots // 3 = 39 requests (line 3)" in row["derivation"]
+
+
+def test_request_lengths_longer_than_the_context_are_marked_refused_and_the_context_gets_a_row():
+    """A 1,024-token server refuses a 4,096-token request: its row keeps the arithmetic but says
+    so, the context's own row is added, and a remedy states its figures at the context."""
+    rep = report("vllm_short_context_small_pool.log")
+    rows = {c["request_tokens"]: c for c in rep["concurrency"]}
+    assert sorted(rows) == [1024, 4096, 6144, 8192]
+    assert (rows[1024]["max_concurrent"], rows[1024]["longer_than_context"]) == (1, False)
+    assert rows[4096]["longer_than_context"] and "longer than the 1,024-token context" in rows[4096]["derivation"]
+    texts = [r["text"] for f in rep["findings"] for r in f["remedies"]]
+    assert texts and all("of 4,096" not in t for t in texts) and any("of 1,024 at once" in t for t in texts)

@@ -445,8 +445,10 @@ def test_context_exceeds_kv_from_the_v1_max_seq_len_error():
 def test_v1_max_seq_len_log_still_reports_the_failure():
     rep = report("vllm_v0112_max_seq_len_v1.log")
     assert rep["source"]["ready"] is False
-    f = finding(rep, "startup-failed")
-    assert f["severity"] == "error" and f["detail"]["cause"] == "kv-cache-below-max-model-len"
+    # one failure, one finding: the one with the token figures names it, and the report opens with it
+    f = finding(rep, "context-exceeds-kv")
+    assert f["severity"] == "error" and finding(rep, "startup-failed") is None
+    assert rep["summary"]["outcome"] == "failed" and rep["summary"]["finding"] == f["code"]
 
 
 def test_a_kv_reservation_is_the_observed_kv_memory():

@@ -3,19 +3,20 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import line_ref
+from capdiag.rules._common import context_of, line_ref, request_lengths
 from capdiag.memory.sglang import MAMBA_SLOTS_PER_REQUEST
-from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS
 
 
 @rule("concurrency", frameworks=("sglang",),
-      reads=(F.Options, F.TokenBudget, F.MambaCacheAllocated, "config:dp_size"),
+      reads=(F.Options, F.TokenBudget, F.MambaCacheAllocated, "config:dp_size", "config:context_len?",
+             "config:max_model_len?"),
       concludes=("concurrency",))
 def concurrency(kb):
     """What it concludes: `concurrency.<L>`: how many requests of L tokens fit in the SGLang pool at
     once.
 
-    How: For each request length L: token limit = max_total_num_tokens // L, request limit =
+    How: For each request length L (those no longer than the context, and the context in place of
+    longer ones, which the server refuses): token limit = max_total_num_tokens // L, request limit =
     max_running_requests, concurrent requests = the smaller (the token limit, marked as an upper
     bound, where the request limit is not printed; a hybrid model's Mamba state slots bound it then
     too, three a request, as SGLang caps its request limit). Both figures are per DP worker (SGLang
@@ -25,7 +26,7 @@ def concurrency(kb):
     Example: `max_total_num_tokens=415615, …, max_running_requests=4096`: min(415615 // 4096 = 101,
     4096) = 101."""
     options = kb.first(F.Options, role=None)
-    lengths = options.token_lengths if options else DEFAULT_TOKEN_LENGTHS
+    lengths = request_lengths(kb)
     budget = next((b for b in kb.of(F.TokenBudget, role=None)), None)
     mamba = next((m for m in kb.of(F.MambaCacheAllocated, role=None) if m.max_cache_size), None)
     dp = kb.value("config", "dp_size")
@@ -42,7 +43,16 @@ def concurrency(kb):
             formula += (f"; at most {mamba.max_cache_size} Mamba state slots // {MAMBA_SLOTS_PER_REQUEST} = {slots} "
                         f"requests ({line_ref(mamba)})")
             detail = {**detail, "state_limit": slots, "binding": "state slots"}
+        formula, detail = refused(formula, detail, length, context_of(kb))
         yield Derived("concurrency", length, value, "concurrency", premises, formula, detail)
+
+
+def refused(formula: str, detail: dict, length: int, context) -> tuple[str, dict]:
+    """A row longer than the server's context: the arithmetic stands, but no such request runs."""
+    if context is None or length <= context:
+        return formula, detail
+    return (formula + f"; longer than the {context:,}-token context, so such a request is refused",
+            {**detail, "longer_than_context": True})
 
 
 def limits(pool_tokens: int, requests, length: int, dp) -> tuple[int, str, dict]:

@@ -15,7 +15,7 @@ def gpu_index(rank: F.Rank, tp_size: int | None, base: int, step: int) -> int | 
     for a later PP stage when the TP size is not stated (its offset is unknown, not 1 × stage)."""
     if rank.tp_index is None or rank.pp and not isinstance(tp_size, int):
         return None
-    return base + ((rank.pp or 0) * tp_size + rank.tp_index) * step
+    return base + ((rank.pp * tp_size if rank.pp else 0) + rank.tp_index) * step
 
 
 @rule("nvidia-smi.ranks",

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
-from capdiag.rules._common import line_ref
-from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, implied_bytes_per_token
+from capdiag.rules._common import context_of, line_ref, request_lengths
+from capdiag.rules.derive.concurrency import refused
+from capdiag.vocabulary import implied_bytes_per_token
 
 
 def release(version) -> tuple:
@@ -86,21 +87,22 @@ def bytes_per_token(kb):
 
 
 @rule("vllm.concurrency", frameworks=("vllm",),
-      reads=(F.Options, "kv_pool:tokens", "config:max_running_requests"),
+      reads=(F.Options, "kv_pool:tokens", "config:max_running_requests", "config:max_model_len?",
+             "config:context_len?"),
       concludes=("concurrency",))
 def concurrency(kb):
     """What it concludes: `concurrency.<L>`: how many requests of L tokens fit in vLLM's KV cache at
     once.
 
-    How: For each request length L: token limit = KV tokens // L; request limit = max_num_seqs where
+    How: For each request length L (none longer than max_model_len: the context stands in for
+    those): token limit = KV tokens // L; request limit = max_num_seqs where
     the log states it (its default depends on release and GPU, so it is not assumed); concurrent
     requests = the smaller, or the token limit as an upper bound when the request limit is unknown.
     vLLM's own `Maximum concurrency` line is shown beside it as a check.
 
     Example: 97,728 tokens // 8192 = 11 requests; vLLM prints `Maximum concurrency for 8,192 tokens
     per request: 11.93x`."""
-    options = kb.first(F.Options, role=None)
-    lengths = options.token_lengths if options else DEFAULT_TOKEN_LENGTHS
+    lengths = request_lengths(kb)
     tokens_d = kb.get("kv_pool", "tokens")
     seqs = kb.get("config", "max_running_requests")
     if tokens_d is None:
@@ -118,6 +120,7 @@ def concurrency(kb):
                   "binding": ("tokens" if requests is None or token_limit < requests else
                               "requests" if requests < token_limit else "both"),
                   "upper_bound": requests is None}
+        formula, detail = refused(formula, detail, length, context_of(kb))
         yield Derived("concurrency", length, value, "vllm.concurrency",
                       tuple(p for p in (tokens_d, seqs) if p is not None), formula, detail)
 

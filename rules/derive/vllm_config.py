@@ -28,7 +28,8 @@ def _stated(value) -> bool:
 
 @rule("vllm.config", frameworks=("vllm",),
       reads=(F.VllmVersion, F.VllmEngineConfig, F.VllmArgs, F.VllmMaxModelLen, F.VllmMaxConcurrency, F.VllmStartupError,
-             F.VllmModelName, F.LaunchCommand),
+             F.VllmModelName, F.LaunchCommand,
+             F.Fact),  # every line's worker tags: vLLM names a worker _TP<n> only when TP > 1
       concludes=("config:framework_version", *(f"config:{key}" for key in _FIELDS)))
 def config(kb):
     """What it concludes: `config.*`: each serving setting the vLLM log states (version, model,
@@ -38,9 +39,12 @@ def config(kb):
     (resolved values: `max_seq_len` is max_model_len), then from `non-default args` / `args:
     Namespace(…)`, `Using max model len`, the `Maximum concurrency for N tokens` line (N is
     max_model_len), the max-seq-len start-up error, a line that names the model (`Starting to load
-    model X...`), and last a pasted launch command (`vllm serve`, the API-server module, `docker
-    run` of a vLLM image): the log's own statement wins over the command. A setting left at its
-    default is not in `non-default args` and stays unstated.
+    model X...`), then a pasted launch command (`vllm serve`, the API-server module, `docker
+    run` of a vLLM image): the log's own statement wins over the command. Last, the worker names:
+    vLLM names a worker `Worker_PP1_TP3` with a part only for a parallel size above 1
+    (`v1/executor/multiproc_executor.py`), so workers tagged by PP stage but never by TP rank say
+    TP 1, and the other way round PP 1. A setting left at its default is not in `non-default args`
+    and stays unstated.
 
     Example: `non-default args: {'model': 'Qwen/Qwen2.5-1.5B-Instruct', 'max_model_len': 8192}`."""
     version = kb.first(F.VllmVersion, role=None)
@@ -85,6 +89,17 @@ def config(kb):
                 name, value = option
                 yield Derived("config", key, number_or_text(value), "vllm.config", (command,),
                               f"launch command {'-' if len(name) <= 2 else '--'}{name.replace('_', '-')} {value}")
+    yield from _sizes_from_worker_names(kb)
+
+
+def _sizes_from_worker_names(kb):
+    staged = next((f for f in kb.facts if f.rank.pp is not None), None)
+    ranked = next((f for f in kb.facts if f.rank.tp is not None), None)
+    for key, tagged, untagged, part in (("tp_size", staged, ranked, "_TP"), ("pp_size", ranked, staged, "_PP")):
+        if tagged is not None and untagged is None:
+            yield Derived("config", key, 1, "vllm.config", (tagged,),
+                          f"the workers' names carry no {part}<n> part ({line_ref(tagged)}: {tagged.rank.label}), "
+                          f"which vLLM adds only when the size is above 1")
 
 
 @rule("vllm.gpu-memory-utilization", frameworks=("vllm",),

@@ -25,7 +25,8 @@ def dp_attention_budget(kb):
     if not workers:
         return
     tokens = kb.get("kv_pool", "tokens")
-    rows = sorted((c for c in kb.topic("concurrency") if c.known), key=lambda c: c.key)
+    rows = sorted((c for c in kb.topic("concurrency") if c.known and not c.detail.get("longer_than_context")),
+                  key=lambda c: c.key)
     totals = ""
     if tokens is not None and tokens.known:
         totals = f" Per worker {tokens.value:,} tokens; the cluster {tokens.value * workers:,}."

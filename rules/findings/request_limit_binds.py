@@ -26,7 +26,8 @@ def request_limit_binds(kb):
     set it, more requests need more state memory (`--max-mamba-cache-size`, taken from the KV
     pool) or more memory.
     """
-    rows = sorted((c for c in kb.topic("concurrency") if c.known), key=lambda c: c.key)
+    rows = sorted((c for c in kb.topic("concurrency") if c.known and not c.detail.get("longer_than_context")),
+                  key=lambda c: c.key)
     if not rows:
         unknown = sorted(kb.topic("concurrency"), key=lambda c: c.key)
         yield cannot_judge(("the concurrency per request length", unknown[0] if unknown else None))

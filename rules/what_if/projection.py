@@ -21,11 +21,11 @@ from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.memory import sglang as sg, vllm as vl
 from capdiag.memory.kv import Cell, State
-from capdiag.rules._common import gib, is_vllm
-from capdiag.rules.derive.concurrency import limits
+from capdiag.rules._common import context_of, gib, is_vllm, request_lengths
+from capdiag.rules.derive.concurrency import limits, refused
 from capdiag.rules.derive.kv_theory import model_dtype
 from capdiag.memory.kv import pool_cell
-from capdiag.vocabulary import DEFAULT_TOKEN_LENGTHS, GIB, element_size
+from capdiag.vocabulary import GIB, element_size
 
 _FRAMEWORK_KEYS = {"sglang": ("mem_fraction_static", "max_running_requests", "context_len"),
                    "vllm": ("gpu_memory_utilization", "max_num_seqs", "max_model_len")}
@@ -274,14 +274,14 @@ def _pin_concurrency(kb, p: _Projection, pool: int):
     """SGLang's concurrency rows read the `max_total_num_tokens` line itself, so the projection
     sizes them, with the rule's own arithmetic, from the projected pool and request limit — the
     Mamba state slots' cap included."""
-    options = kb.first(F.Options, role=None)
     budget = kb.first(F.TokenBudget, role=None)
     limit = p.changes.get("max_running_requests", budget.max_running_requests if budget is not None else None)
     cap = p.values.get("request_cap")
     if cap is not None and (limit is None or cap < limit):
         limit = cap
-    for length in (options.token_lengths if options else DEFAULT_TOKEN_LENGTHS):
+    for length in request_lengths(kb):
         value, formula, detail = limits(pool, limit, length, kb.value("config", "dp_size"))
+        formula, detail = refused(formula, detail, length, context_of(kb))
         p.pin("concurrency", length, value, f"{formula} (projected)", detail)
 
 

@@ -15,6 +15,7 @@ from capdiag import facts as F
 from capdiag.engine import Finding, Knowledge, Rule, run
 from capdiag.frozen import frozen
 from capdiag.resources import reference_toml
+from capdiag.rules._common import sizing_length
 from capdiag.rules.what_if import counterfactual
 from capdiag.vocabulary import MAX_FRACTION
 
@@ -68,8 +69,7 @@ UNLESS: dict[str, Callable[[Knowledge], bool]] = {
 
 
 def _first_length(kb: Knowledge) -> int:
-    options = kb.first(F.Options, role=None)
-    return options.token_lengths[0] if options is not None and options.token_lengths else 4096
+    return sizing_length(kb)
 
 
 def _values(kb: Knowledge, candidate: dict[str, Any], key: str) -> list[Any]:
