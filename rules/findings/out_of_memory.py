@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Optional
+
 from capdiag import facts as F
 from capdiag.engine import Parts, rule
 from capdiag.rules._common import is_vllm, line_ref
@@ -18,6 +20,17 @@ _TRACED = {"init": ("weights", "the process ran out before the KV pool, while se
            "attention_backend": ("lower", "the pool was allocated; the attention backend's buffers then did not fit"),
            "graph_capture": ("lower", "the pool was allocated; CUDA-graph capture then ran out of the headroom left"),
            "sampler_warmup": ("sampler", "the sampler's warm-up with max_num_seqs dummy requests ran out")}
+
+
+def _graphs_outgrow_the_pool(kb) -> Optional[str]:
+    """vLLM's graphs need more than its whole KV pool: lowering the utilization frees memory only
+    from that pool (down to none, and vLLM refuses to start), so it cannot make room for them."""
+    kv, graphs = kb.get("breakdown", "kv_cache"), kb.get("breakdown", "cuda_graph")
+    if kv is None or graphs is None or not (kv.known and graphs.known) or graphs.value <= kv.value:
+        return None
+    return (f"Use --enforce-eager, or capture fewer CUDA graphs (compilation_config's max_cudagraph_capture_size or "
+            f"cudagraph_capture_sizes; LoRA doubles the variants): they need about {graphs.value} GiB, and lowering "
+            f"--gpu-memory-utilization can free at most the {kv.value} GiB KV pool, which would leave none.")
 
 
 def _weights_fix(kb, failure) -> str:
@@ -65,6 +78,7 @@ def _no_room(kb, first) -> str | None:
              F.MemoryProfiling, F.VllmMemoryProfile, F.VllmArgs, F.Options, *_POOL_SIZED, "failure?",
              "config:mem_fraction_static?", "config:gpu_memory_utilization?", "gpu:total_gib?", "breakdown:weights?",
              "breakdown:activation?", "breakdown:framework?", "target_rank?", "config:quantization?",
+             "breakdown:kv_cache?", "breakdown:cuda_graph?",
              F.Fact))  # the last phase line before the error, whatever its kind
 def out_of_memory(kb):
     """What it checks: a CUDA out-of-memory error; SGLang's "Not enough memory" or "Loaded
@@ -89,7 +103,9 @@ def out_of_memory(kb):
 
     What to do: pool phase → raise the fraction (or add TP, shorten the context, use an fp8 KV
     cache). Weights that do not fit while loading → more TP/PP or quantized weights (the fraction
-    does not bound the load). Capture or serving → lower it, or shrink the graph batch sizes. vLLM profiling →
+    does not bound the load). Capture or serving → lower it, or shrink the graph batch sizes —
+    on vLLM graphs larger than the whole KV pool, --enforce-eager or fewer captured sizes first:
+    lowering the utilization frees memory only from that pool. vLLM profiling →
     lower `--max-num-batched-tokens` / `--max-num-seqs` / `--max-model-len`, or add GPUs — unless
     the weights alone fill 95% of the GPU: then no setting helps, only more TP/PP, quantized
     weights or a larger GPU.
@@ -145,6 +161,9 @@ def out_of_memory(kb):
     }[direction] + arithmetic
     if no_room is not None:
         direction, suggested = "weights", None
+    graphs_first = _graphs_outgrow_the_pool(kb) if vllm and direction == "lower" and phase == "graph_capture" else None
+    if graphs_first is not None:
+        action, suggested = graphs_first, None
     # after the ready line it is the serving server that ran out, not its start-up
     when = "while serving, after start-up" if phase == "ready" else f"during start-up ({phase.replace('_', ' ')})"
     after = "the server was ready" if phase == "ready" else f"the {phase.replace('_', ' ')} phase"
