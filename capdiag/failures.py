@@ -174,6 +174,19 @@ def catalogue() -> tuple[list[Cause], list[tuple[str, str, frozenset]]]:
     return causes, phases
 
 
+def in_framework(next_step: str, framework: Optional[str]) -> str:
+    """A catalogue next step with each `{name}` in the framework's own spelling ([flags]); both
+    spellings where the framework is not known."""
+    flags = reference_toml("failure-causes.toml").get("flags", {})
+
+    def spelled(found: re.Match) -> str:
+        names = flags.get(found.group(1))
+        if names is None:
+            return found.group(0)
+        return names[framework] if framework in names else " / ".join(names[k] for k in sorted(names))
+    return re.sub(r"\{(\w+)\}", spelled, next_step)
+
+
 @lru_cache(maxsize=256)
 def _compiled(pattern: str) -> re.Pattern:
     return re.compile(pattern, re.IGNORECASE | re.MULTILINE)

@@ -446,3 +446,12 @@ def test_a_capture_oom_reraised_by_sglang_is_read_in_graph_capture_with_sglangs_
         "Possible solutions: set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7); set --cuda-graph-max-bs")
     assert "disable CUDA graph by --disable-cuda-graph" in said["text"] and "Open an issue" not in said["text"]
     assert "Lower --mem-fraction-static" in rep["summary"]["next_step"]
+
+
+def test_a_next_step_names_the_flags_of_the_logs_own_framework():
+    from capdiag.failures import in_framework
+    step = next(c.next_step for c in catalogue()[0] if c.name == "kernel-compile-failed")
+    assert "--disable-cuda-graph" in in_framework(step, "sglang") and "--enforce-eager" not in in_framework(step, "sglang")
+    assert "--enforce-eager" in in_framework(step, "vllm") and "~/.cache/vllm" in in_framework(step, "vllm")
+    assert "--disable-cuda-graph / --enforce-eager" in in_framework(step, None)
+    assert all("{" not in in_framework(c.next_step, fw) for c in catalogue()[0] for fw in ("sglang", "vllm", None))

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Derived, rule
-from capdiag.failures import failure_of, framework_hint, phase_words
+from capdiag.failures import failure_of, framework_hint, in_framework, phase_words
 from capdiag.rules._common import line_ref
 
 _READS = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgnored, F.ExceptionRaised,
           F.ValidationDetail, F.ProcessKilled, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError,
-          F.VllmStartupMemory, F.ServerReady, F.VllmEngineReady, F.FrameworkSolution)
+          F.VllmStartupMemory, F.ServerReady, F.VllmEngineReady, F.FrameworkSolution, F.Options)
+
+
+def _framework(kb):
+    options = kb.first(F.Options, role=None)
+    return options.framework if options is not None else None
 
 
 def _framework_advice(kb, r) -> dict | None:
@@ -54,7 +59,8 @@ def root_cause(kb):
     r, cause = found.raised, found.cause
     frame = r.innermost
     value = {"name": cause.name if cause else None, "title": cause.title if cause else None,
-             "next_step": cause.next_step if cause else None, "text": r.text.split("\n")[0],
+             "next_step": in_framework(cause.next_step, _framework(kb)) if cause else None,
+             "text": r.text.split("\n")[0],
              "details": [d.message for d in r.details], "phase": found.phase,
              "framework_hint": _framework_advice(kb, r),
              "phase_words": phase_words(found.phase) if found.phase else None,
