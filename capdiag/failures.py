@@ -248,8 +248,14 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
     # prints `Failed to load model - not enough GPU memory …` before the traceback that raised it
     # (an out-of-memory line of its own is no summary: a C++ allocator's log line is the event)
     first = (*PIECES, F.OutOfMemory)
+    # a bare `Type: message` line with no traceback above it is a library's noise more often than
+    # the failure (protobuf's `AttributeError: 'MessageFactory' object has no attribute
+    # 'GetPrototype'`, printed once a worker by TensorFlow's import): it is the cause only when no
+    # exception with a traceback is in the log
+    bare = [r for r in raised if isinstance(r.exception, F.ExceptionRaised) and r.start is None and not r.frames]
+    raised = [r for r in raised if r not in bare]
     raised = [r for r in raised if isinstance(r.exception, first)] + \
-        [r for r in raised if not isinstance(r.exception, first)]
+        [r for r in raised if not isinstance(r.exception, first)] + bare
     roles = [(r, classify(r)) for r in raised]
     for at, (r, cause) in enumerate(roles):
         if cause is not None and cause.role != "cause":
