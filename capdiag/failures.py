@@ -243,6 +243,7 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
     before its parent's report of it. An exception the catalogue does not know counts as a
     cause (it is what the traceback says went wrong), unnamed.
     """
+    facts = list(facts)
     raised = [r for r in exceptions(facts) if not r.ignored]
     # an error a framework states on a line of its own comes after the exceptions: vLLM 0.16+
     # prints `Failed to load model - not enough GPU memory …` before the traceback that raised it
@@ -252,7 +253,9 @@ def root_cause(facts: Iterable[F.Fact]) -> Optional[RootCause]:
     # the failure (protobuf's `AttributeError: 'MessageFactory' object has no attribute
     # 'GetPrototype'`, printed once a worker by TensorFlow's import): it is the cause only when no
     # exception with a traceback is in the log
-    bare = [r for r in raised if isinstance(r.exception, F.ExceptionRaised) and r.start is None and not r.frames]
+    framed = {f.evidence.line for f in facts if isinstance(f, F.TracebackFrame)}
+    bare = [r for r in raised if isinstance(r.exception, F.ExceptionRaised) and r.start is None and not r.frames
+            and not framed & set(range(r.exception.evidence.line - 4, r.exception.evidence.line))]
     raised = [r for r in raised if r not in bare]
     raised = [r for r in raised if isinstance(r.exception, first)] + \
         [r for r in raised if not isinstance(r.exception, first)] + bare
