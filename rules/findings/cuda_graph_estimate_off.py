@@ -25,6 +25,7 @@ def cuda_graph_estimate_off(kb, t):
 
     What to do: when the estimate is low, lower `--gpu-memory-utilization` by the difference /
     total; when high, raise it; `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0` turns estimation off.
+    Under `min_difference_gib`, nothing: the note says the budget is as planned.
     """
     for pool in kb.of(F.VllmGraphPool):
         if pool.actual_gib <= 0:
@@ -32,17 +33,19 @@ def cuda_graph_estimate_off(kb, t):
         error = 100 * (pool.estimated_gib - pool.actual_gib) / pool.actual_gib
         if abs(error) > t["max_error_percent"]:
             direction = "over" if error > 0 else "under"
+            small = abs(pool.estimated_gib - pool.actual_gib) < t["min_difference_gib"]
             yield Parts((pool,),
                         title=f"CUDA-graph estimate off by {error:+.0f}%",
                         message=f"vLLM estimated {pool.estimated_gib} GiB of CUDA graphs, actual {pool.actual_gib} GiB "
                                 f"({error:+.0f}%, {line_ref(pool)}): the KV budget was {direction}-reserved by "
                                 f"{abs(pool.estimated_gib - pool.actual_gib):.2f} GiB.",
-                        action="Adjust --gpu-memory-utilization by the difference / total (raise it when the "
-                               "estimate is high, lower it when low).",
+                        action=(f"Nothing to change: a difference under {t['min_difference_gib']} GiB is within what "
+                                "capture's own allocations move; the KV budget is as planned." if small else
+                                "Adjust --gpu-memory-utilization by the difference / total (raise it when the "
+                                "estimate is high, lower it when low)."),
                         detail={"error_percent": round(error, 1)},
                         key="estimate",
-                        severity=None if abs(pool.estimated_gib - pool.actual_gib) >= t["min_difference_gib"]
-                        else "info")
+                        severity="info" if small else None)
             break
     negative = next((g for g in kb.of(F.VllmGraphCapture) if g.gib is not None and g.gib < 0), None)
     if negative is not None:
