@@ -457,3 +457,11 @@ def test_a_kv_reservation_is_the_observed_kv_memory():
     rep = report("vllm_v033_kv_reserved.log")
     assert rep["observed"]["available_kv_cache_gib"] == 40.0
     assert next(r for r in rep["breakdown"] if r["category"] == "kv_cache")["gib"] == 40.0
+
+
+def test_a_hybrid_block_size_the_api_server_prints_before_the_engine_line_stays_in_its_start_up():
+    """vLLM 0.16+ resolves a hybrid model's attention block size in the API server, before the
+    engine's `Initializing a V1 LLM engine` line: one start-up, its arguments kept."""
+    rep = report("vllm_v018_hybrid_block_before_engine.log")
+    assert rep["source"]["launches"] == 1 and rep["source"]["ready"] is True
+    assert rep["config"]["gpu_memory_utilization"] == 0.85 and rep["config"]["max_model_len"] == 8192

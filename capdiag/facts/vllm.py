@@ -296,4 +296,7 @@ class VllmHybridBlockSize(VllmFact):
     page size`: the model is hybrid (attention + Mamba/linear layers)."""
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("attention block size",)
+    # the API server prints it while resolving the config (0.16+), before the engine's config line
+    # opens the start-up: it is no rank's line, so it must not make that line open a second one
+    RANK_NEUTRAL: ClassVar[bool] = True
     block_size: int
