@@ -257,6 +257,9 @@ _TRACEBACK = re.compile(r'^(?:File "|Traceback \(most recent call last\)|(?:[A-Z
 # ` 25809`) after a long line: two spaces or a capital open a line of its own (a traceback
 # frame, an indented block, a progress bar).
 _CUT_REST = re.compile(r"^[:,;.)\]}]")
+# ROCm's runtime logs as `:<level>:<file>.cpp :<line>: …` (`:0:rocdevice.cpp :3586: … aborting with
+# error`): a colon opens it, yet it is a line of its own, not the rest of the one above
+_NATIVE_LOG = re.compile(r"^:\d+:[\w.]+\.(?:cpp|cc|c|h)\s*:\d+:")
 _CUT_AT_SPACE = re.compile(r"^ (?=[a-z0-9])")
 # A shell command that starts a server; it continues after a trailing `\` and on the lines an
 # author wrapped it onto, which open with an option.
@@ -888,7 +891,7 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
                         if has_keyword(text):
                             yield Line(number, text[:MAX_JOINED], raw[:MAX_JOINED])
                         continue
-                    elif not record and _CUT_REST.match(text):
+                    elif not record and _CUT_REST.match(text) and not _NATIVE_LOG.match(text):
                         joined = _joined(pending, text, raw, "")
                     elif (not record and _CUT_AT_SPACE.match(raw) and len(pending.raw) - pending.raw.rfind("\n") > WRAPPED
                           and not _HEADER.match(text) and not _TRACEBACK.match(text)):

@@ -455,3 +455,11 @@ def test_a_next_step_names_the_flags_of_the_logs_own_framework():
     assert "--enforce-eager" in in_framework(step, "vllm") and "~/.cache/vllm" in in_framework(step, "vllm")
     assert "--disable-cuda-graph / --enforce-eager" in in_framework(step, None)
     assert all("{" not in in_framework(c.next_step, fw) for c in catalogue()[0] for fw in ("sglang", "vllm", None))
+
+
+def test_rocms_abort_is_read_as_the_exception_it_names():
+    line = (":0:rocdevice.cpp            :3586: 4637341784 us:  Callback: Queue 0x7f5bfe700000 aborting with error : "
+            "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016")
+    parsed = parse_traceback_line(line)
+    assert parsed.cls is F.ExceptionRaised and parsed.values["type"] == "HSA_STATUS_ERROR_EXCEPTION"
+    assert parsed.values["message"].startswith("An HSAIL operation resulted in a hardware exception")

@@ -60,6 +60,10 @@ class _Lines(Transformer):
     def killed(self, _):
         return F.ProcessKilled, {}
 
+    def device_abort(self, items):
+        kind, _, message = str(items[-1]).strip().partition(": ")
+        return F.ExceptionRaised, {"type": kind.strip(), "message": message.strip()}
+
     def value_error(self, items):
         return F.ValidationDetail, {"message": str(items[-1]).strip()}
 
