@@ -32,10 +32,11 @@ def theoretical(kb):
     shape, how = model_shape(model.fields)
     quant, what = quantization(model.fields, None)
     measured = kb.get("breakdown", "weights")
-    tp, pp = kb.value("config", "tp_size"), kb.value("config", "pp_size") or 1
+    tp, pp = kb.value("config", "tp_size"), kb.value("config", "pp_size")
     unsized = quant is None and what.startswith(("quantization", "compressed", "bitsandbytes", "awq", "gptq"))
-    if shape is None or unsized or not isinstance(tp, int):
-        reason = how if shape is None else what if unsized else "needs the log's tp_size"
+    if shape is None or unsized or not isinstance(tp, int) or not isinstance(pp, int):
+        # a rank holds its share of the layers: no PP size of 1 is assumed where none is stated
+        reason = how if shape is None else what if unsized else "needs the log's tp_size and pp_size"
         yield Derived("weights", "theoretical_gib", Unknown(reason), "weights.theoretical", (model,))
         return
     dtype_bytes, dtype_how = model_dtype_bytes(model.fields, None)
