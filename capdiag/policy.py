@@ -28,8 +28,7 @@ from capdiag.parsing.bounds import in_range
 from capdiag.resources import toml_reader
 from capdiag.side_input import read_text
 from capdiag.rules import find_rule
-
-SEVERITIES = ("info", "warning", "error")
+from capdiag.vocabulary import SEVERITIES
 MAX_THRESHOLD = 1e6  # GiB, percent, seconds, tokens, requests: every threshold is far below
 
 

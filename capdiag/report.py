@@ -18,12 +18,12 @@ from capdiag.rows import Rows
 from capdiag.rules import DIFF, FINDING_RULES
 from capdiag.rules.diff.driver import compare
 from capdiag.rules.derive.stand_in import STAND_IN_KINDS
-from capdiag.vocabulary import BREAKDOWN, CONFIG_KEYS, NESTED, SEGMENTS
+from capdiag.vocabulary import BREAKDOWN, CONFIG_KEYS, NESTED, SEGMENTS, SEVERITIES
 
 SCHEMA = "capdiag.report/1"
 DIFF_SCHEMA = "capdiag.diff/1"
 MAX_UNREAD = 50  # lines not read, listed in the report (the first ones)
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+SEVERITY_ORDER = {s: -i for i, s in enumerate(SEVERITIES)}  # most severe first
 
 
 def _value(d: Optional[Derived]) -> Any:

@@ -39,6 +39,10 @@ HELD_SINCE_WEIGHTS = ("weights", "kv_cache", "cuda_graph", "mamba_state", "draft
 # The most of a GPU a static fraction may take: above it nothing is left for activations and graphs.
 MAX_FRACTION = 0.95
 
+# A finding's severities, least first (a policy's fail-on level, the report's order, a remedy that
+# makes a finding worse all rank by this)
+SEVERITIES = ("info", "warning", "error")
+
 CONFIG_KEYS = ("framework_version", "model", "tp_size", "pp_size", "dp_size", "ep_size", "mem_fraction_static",
                "gpu_memory_utilization", "kv_cache_dtype", "max_model_len", "context_len",
                "max_running_requests", "page_size", "block_size", "quantization")

@@ -70,10 +70,15 @@ def sizing_length(kb: Knowledge) -> int:
     return next((length for length in request_lengths(kb) if context is None or length <= context), context or 0)
 
 
+def framework(kb: Knowledge) -> Optional[str]:
+    """The log's framework, as detected from it or as --framework says; None when neither."""
+    options = kb.first(F.Options, role=None)
+    return options.framework if options is not None else None
+
+
 def is_vllm(kb: Knowledge) -> bool:
     """The log is vLLM's (as detected from it, or as --framework says)."""
-    options = kb.first(F.Options, role=None)
-    return options is not None and options.framework == "vllm"
+    return framework(kb) == "vllm"
 
 
 def knob(kb: Knowledge) -> str:

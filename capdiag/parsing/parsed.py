@@ -1,7 +1,6 @@
 """What a grammar's Transformer hands back for one line, before it is tied to its evidence."""
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Optional
 
 from lark import Tree
@@ -43,10 +42,9 @@ def parse_to_damage(parse: Callable[[str], Tree], text: str) -> Optional[tuple[T
 
 
 def kv_scale_fields(items) -> dict[str, str | None]:
-    """The fp8 format a `kv_scale_default` line names after its head (common.lark), or None
+    """The fp8 format a `kv_scale_default` line names (common.lark's KV_SCALE_DTYPE), or None
     (SGLang's names none)."""
-    named = re.match(r"(fp8(?:_e4m3|_e5m2)?)\b", str(items[1]).strip()) if len(items) > 1 else None
-    return {"dtype": named.group(1) if named else None}
+    return {"dtype": next((str(i) for i in items if getattr(i, "type", None) == "KV_SCALE_DTYPE"), None)}
 
 
 def cli_option(items) -> tuple[str, str | None]:

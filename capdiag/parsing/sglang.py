@@ -236,8 +236,9 @@ class _Lines(Transformer):
         return (F.FrameworkSolution, {"text": str(items[0]).split(". ", 1)[1].strip()})
 
     def not_enough(self, items):
-        stated = re.search(r"Current value: mem_fraction_static=(\d+(?:\.\d+)?)\b", str(items[-1])) if len(items) > 1 else None
-        return (F.NotEnoughMemory, {"mem_fraction_static": float(stated.group(1)) if stated else None})
+        stated = next((items[i + 1] for i, t in enumerate(items[:-1]) if getattr(t, "type", None) == "CURRENT_FRACTION"),
+                      None)
+        return (F.NotEnoughMemory, {"mem_fraction_static": float(stated) if stated is not None else None})
 
     def no_kv_room(self, _):
         return (F.NotEnoughMemory, {})

@@ -15,8 +15,8 @@ def concurrency(kb):
     """What it concludes: `concurrency.<L>`: how many requests of L tokens fit in the SGLang pool at
     once.
 
-    How: For each request length L (those no longer than the context, and the context in place of
-    longer ones, which the server refuses): token limit = max_total_num_tokens // L, request limit =
+    How: For each request length L (and the context itself where some L is longer: a row longer
+    than the context keeps its arithmetic and says such a request is refused): token limit = max_total_num_tokens // L, request limit =
     max_running_requests, concurrent requests = the smaller (the token limit, marked as an upper
     bound, where the request limit is not printed; a hybrid model's Mamba state slots bound it then
     too, three a request, as SGLang caps its request limit). Both figures are per DP worker (SGLang
@@ -29,7 +29,7 @@ def concurrency(kb):
     lengths = request_lengths(kb)
     budget = next((b for b in kb.of(F.TokenBudget, role=None)), None)
     mamba = next((m for m in kb.of(F.MambaCacheAllocated, role=None) if m.max_cache_size), None)
-    dp = kb.value("config", "dp_size")
+    dp, context = kb.value("config", "dp_size"), context_of(kb)
     for length in lengths:
         if budget is None:
             yield Derived("concurrency", length, Unknown("the pool's token budget (`max_total_num_tokens`) is not stated"),
@@ -43,7 +43,7 @@ def concurrency(kb):
             formula += (f"; at most {mamba.max_cache_size} Mamba state slots // {MAMBA_SLOTS_PER_REQUEST} = {slots} "
                         f"requests ({line_ref(mamba)})")
             detail = {**detail, "state_limit": slots, "binding": "state slots"}
-        formula, detail = refused(formula, detail, length, context_of(kb))
+        formula, detail = refused(formula, detail, length, context)
         yield Derived("concurrency", length, value, "concurrency", premises, formula, detail)
 
 

@@ -4,16 +4,11 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, rule
 from capdiag.failures import failure_of, framework_hint, in_framework, phase_words
-from capdiag.rules._common import line_ref
+from capdiag.rules._common import framework, line_ref
 
 _READS = (F.TracebackStart, F.TracebackFrame, F.ExceptionChained, F.ExceptionIgnored, F.ExceptionRaised,
           F.ValidationDetail, F.ProcessKilled, F.OutOfMemory, F.NotEnoughMemory, F.VllmStartupError,
           F.VllmStartupMemory, F.ServerReady, F.VllmEngineReady, F.FrameworkSolution, F.Options)
-
-
-def _framework(kb):
-    options = kb.first(F.Options, role=None)
-    return options.framework if options is not None else None
 
 
 def _framework_advice(kb, r) -> dict | None:
@@ -27,17 +22,11 @@ def _framework_advice(kb, r) -> dict | None:
     head = next((f for f in after if f.text is None), None)
     if head is None:
         return None
+    by_line = {f.evidence.line: f.text for f in after if f.text is not None}
     items = []
-    for f in after:
-        if f.evidence.line > head.evidence.line and f.text is not None:
-            if items and f.evidence.line != items[-1].evidence.line + 1:
-                break  # the list ends at its first gap
-            if not items and f.evidence.line != head.evidence.line + 1:
-                break
-            items.append(f)
-    if not items:
-        return None
-    return {"line": head.evidence.line, "text": "Possible solutions: " + "; ".join(f.text for f in items)}
+    while by_line.get(head.evidence.line + len(items) + 1):  # the list's lines follow its head, no gap
+        items.append(by_line[head.evidence.line + len(items) + 1])
+    return {"line": head.evidence.line, "text": "Possible solutions: " + "; ".join(items)} if items else None
 
 
 @rule("failure.root-cause", reads=_READS, concludes=("failure",))
@@ -59,7 +48,7 @@ def root_cause(kb):
     r, cause = found.raised, found.cause
     frame = r.innermost
     value = {"name": cause.name if cause else None, "title": cause.title if cause else None,
-             "next_step": in_framework(cause.next_step, _framework(kb)) if cause else None,
+             "next_step": in_framework(cause.next_step, framework(kb)) if cause else None,
              "text": r.text.split("\n")[0],
              "details": [d.message for d in r.details], "phase": found.phase,
              "framework_hint": _framework_advice(kb, r),

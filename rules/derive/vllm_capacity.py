@@ -94,8 +94,8 @@ def concurrency(kb):
     """What it concludes: `concurrency.<L>`: how many requests of L tokens fit in vLLM's KV cache at
     once.
 
-    How: For each request length L (none longer than max_model_len: the context stands in for
-    those): token limit = KV tokens // L; request limit = max_num_seqs where
+    How: For each request length L (and max_model_len itself where some L is longer: a longer row
+    keeps its arithmetic and says such a request is refused): token limit = KV tokens // L; request limit = max_num_seqs where
     the log states it (its default depends on release and GPU, so it is not assumed); concurrent
     requests = the smaller, or the token limit as an upper bound when the request limit is unknown.
     vLLM's own `Maximum concurrency` line is shown beside it as a check.
@@ -104,7 +104,7 @@ def concurrency(kb):
     per request: 11.93x`."""
     lengths = request_lengths(kb)
     tokens_d = kb.get("kv_pool", "tokens")
-    seqs = kb.get("config", "max_running_requests")
+    seqs, context = kb.get("config", "max_running_requests"), context_of(kb)
     if tokens_d is None:
         return
     for length in lengths:
@@ -120,7 +120,7 @@ def concurrency(kb):
                   "binding": ("tokens" if requests is None or token_limit < requests else
                               "requests" if requests < token_limit else "both"),
                   "upper_bound": requests is None}
-        formula, detail = refused(formula, detail, length, context_of(kb))
+        formula, detail = refused(formula, detail, length, context)
         yield Derived("concurrency", length, value, "vllm.concurrency",
                       tuple(p for p in (tokens_d, seqs) if p is not None), formula, detail)
 

@@ -41,28 +41,23 @@ def pool_capped(kb):
         premises += [free, per_token]
     if tokens is not None and tokens.known:
         premises.append(tokens)
-    if "bought_tokens" in cap.value and setting != "max_running_requests":
+    if "bought_tokens" in cap.value:  # DeepSeek-V4's pools, cut below what the memory bought
         built, bought = cap.value["built_tokens"], cap.value["bought_tokens"]
-        yield Parts(premises,
-                    title="DeepSeek-V4's KV pools were cut below what the memory bought",
-                    message=f"DeepSeek-V4's pools were built for {built:,} tokens where the memory bought {bought:,}: "
-                            "a limit cut them (the log does not state which: --max-total-tokens, or "
-                            "--max-running-requests × the context), and the rest of the budget stays free.",
-                    action="Raise or remove that limit (--max-total-tokens, else --max-running-requests) to give the "
-                           f"pools the memory the fraction bought, about {bought:,} tokens.",
-                    detail={"setting": setting, "value": value, "bought_tokens": bought})
-        return
-    if "bought_tokens" in cap.value:
-        built, bought = cap.value["built_tokens"], cap.value["bought_tokens"]
-        context = built // value if value else 0
-        more = bought // context if context else 0
-        yield Parts(premises,
-                    title=f"DeepSeek-V4's KV pools are built for {value} request(s), not for the memory",
-                    message=f"DeepSeek-V4's pools are built for max_running_requests={value} request(s) of the "
-                            f"{context:,}-token context ({built:,} tokens), where the memory bought {bought:,}: "
-                            f"the rest of the budget stays free.",
-                    action=f"If more requests must run at once, raise --max-running-requests (the memory holds "
-                           f"about {more} of the full context); the pools are rebuilt for the count.",
+        if setting == "max_running_requests":
+            context = built // value if value else 0
+            title = f"DeepSeek-V4's KV pools are built for {value} request(s), not for the memory"
+            message = (f"DeepSeek-V4's pools are built for max_running_requests={value} request(s) of the "
+                       f"{context:,}-token context ({built:,} tokens), where the memory bought {bought:,}: ")
+            action = (f"If more requests must run at once, raise --max-running-requests (the memory holds about "
+                      f"{bought // context if context else 0} of the full context); the pools are rebuilt for the count.")
+        else:
+            title = "DeepSeek-V4's KV pools were cut below what the memory bought"
+            message = (f"DeepSeek-V4's pools were built for {built:,} tokens where the memory bought {bought:,}: a limit "
+                       "cut them (the log does not state which: --max-total-tokens, or --max-running-requests × the "
+                       "context), and ")
+            action = ("Raise or remove that limit (--max-total-tokens, else --max-running-requests) to give the pools "
+                      f"the memory the fraction bought, about {bought:,} tokens.")
+        yield Parts(premises, title=title, message=message + "the rest of the budget stays free.", action=action,
                     detail={"setting": setting, "value": value, "bought_tokens": bought})
         return
     yield Parts(premises,

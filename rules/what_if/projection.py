@@ -279,9 +279,10 @@ def _pin_concurrency(kb, p: _Projection, pool: int):
     cap = p.values.get("request_cap")
     if cap is not None and (limit is None or cap < limit):
         limit = cap
+    context = context_of(kb)
     for length in request_lengths(kb):
         value, formula, detail = limits(pool, limit, length, kb.value("config", "dp_size"))
-        formula, detail = refused(formula, detail, length, context_of(kb))
+        formula, detail = refused(formula, detail, length, context)
         p.pin("concurrency", length, value, f"{formula} (projected)", detail)
 
 

@@ -15,9 +15,9 @@ from capdiag import facts as F
 from capdiag.engine import Finding, Knowledge, Rule, run
 from capdiag.frozen import frozen
 from capdiag.resources import reference_toml
-from capdiag.rules._common import sizing_length
+from capdiag.rules._common import is_vllm, sizing_length
 from capdiag.rules.what_if import counterfactual
-from capdiag.vocabulary import MAX_FRACTION
+from capdiag.vocabulary import MAX_FRACTION, SEVERITIES
 
 # change → (SGLang's what-if key and flag, vLLM's)
 SETTINGS = {"fraction": (("mem_fraction_static", "--mem-fraction-static"),
@@ -30,12 +30,6 @@ FP8 = {"sglang": "fp8_e4m3", "vllm": "fp8"}
 # hundredths first (the least change), then twentieths up to the bound
 STEPS = tuple(round(0.01 * i, 2) for i in range(1, 10)) + tuple(round(0.05 * i, 2) for i in range(2, 19))
 SERIOUS = ("warning", "error")
-RANK = {"info": 0, "warning": 1, "error": 2}
-
-
-def _vllm(kb: Knowledge) -> bool:
-    options = kb.first(F.Options, role=None)
-    return options is not None and options.framework == "vllm"
 
 
 def _mamba_limit(kb: Knowledge) -> bool:
@@ -68,10 +62,6 @@ UNLESS: dict[str, Callable[[Knowledge], bool]] = {
 }
 
 
-def _first_length(kb: Knowledge) -> int:
-    return sizing_length(kb)
-
-
 def _values(kb: Knowledge, candidate: dict[str, Any], key: str) -> list[Any]:
     """The values to try, nearest the current setting first."""
     kind = candidate["values"]
@@ -89,11 +79,11 @@ def _values(kb: Knowledge, candidate: dict[str, Any], key: str) -> list[Any]:
         fit = tokens // want // 1024 * 1024
         return [fit] if 0 < fit < current else []  # (a context of 0 is no context to lower)
     if kind == "token_limit":
-        row = kb.get("concurrency", _first_length(kb))
+        row = kb.get("concurrency", sizing_length(kb))
         limit = row.detail.get("token_limit") if row is not None and row.known else None
         return [limit] if isinstance(limit, int) and isinstance(current, int) and limit > current else []
     if kind == "fp8":
-        return [FP8["vllm" if _vllm(kb) else "sglang"]]
+        return [FP8["vllm" if is_vllm(kb) else "sglang"]]
     if kind == "model_dtype":
         return ["auto"]
     if kind == "double":
@@ -129,8 +119,8 @@ def _project(kb: Knowledge, rules: tuple[Rule, ...], changes: dict[str, Any], le
     appear = set(projection.value["findings_appear"])
     # a finding the change makes worse is as new as one it raises (a pool halved below one request
     # of max_model_len turns context-exceeds-kv from a note into a warning: vLLM would refuse)
-    before = {d.rule: RANK.get(d.severity, 0) for d in kb.topic("finding") if isinstance(d, Finding)}
-    appear |= {d.rule for d in findings if d.rule in before and RANK.get(d.severity, 0) > before[d.rule]}
+    before = {d.rule: SEVERITIES.index(d.severity) for d in kb.topic("finding") if isinstance(d, Finding)}
+    appear |= {d.rule for d in findings if d.rule in before and SEVERITIES.index(d.severity) > before[d.rule]}
     context = then.value("config", "context_len") or then.value("config", "max_model_len")
     # requests longer than the projected context are refused, not queued: no concurrency to claim
     row = then.get("concurrency", length) if not (isinstance(context, int) and 0 < context < length) else None
@@ -152,8 +142,8 @@ def propose(kb: Knowledge, rules: tuple[Rule, ...]) -> dict[str, dict[str, Any]]
     catalogue = reference_toml("remedies.toml")
     findings = [d for d in kb.topic("finding") if isinstance(d, Finding)]
     out: dict[str, dict[str, Any]] = {}
-    vllm = _vllm(kb)
-    length = _first_length(kb)
+    vllm = is_vllm(kb)
+    length = sizing_length(kb)
     tried: dict[tuple, Optional[Trial]] = {}
     for finding in findings:
         candidates = [c for c in catalogue["candidate"] if finding.rule in c["findings"]]
