@@ -1,5 +1,7 @@
 """The `capdiag` command's entry point: `capdiag --version` is answered before the CLI, and all
-it imports to analyse a log, is loaded (tests/test_startup.py keeps the answer click's)."""
+it imports to analyse a log, is loaded (tests/test_startup.py keeps the answer click's).
+`capdiag --version --verbose` adds which readers this installation has: the compiled traffic
+scanner or its Python path, and the `fast` extra's libraries."""
 import sys
 
 
@@ -7,12 +9,24 @@ def run() -> None:
     if sys.argv[1:] == ["--version"]:
         _version()
         return
+    if sorted(sys.argv[1:]) == ["--verbose", "--version"]:
+        _version(verbose=True)
+        return
     from capdiag.cli import run as cli_run
 
     cli_run()
 
 
-def _version() -> None:
+def _readers() -> list[str]:
+    from importlib.util import find_spec
+
+    from capdiag.scanner import loaded
+
+    extras = [f"{name}: {'installed' if find_spec(name) else 'not installed'}" for name in ("hyperscan", "numpy")]
+    return [f"traffic scanner: {loaded()[1]}", *extras]
+
+
+def _version(verbose: bool = False) -> None:
     """The version line; an output that cannot take it ends as the CLI's do (capdiag.cli.run):
     quietly for a reader that went away, one line and exit code 2 for a full disk or EIO."""
     from capdiag import __version__
@@ -23,6 +37,8 @@ def _version() -> None:
         sys.exit(2)
     try:
         print(f"capdiag, version {__version__}")
+        if verbose:
+            print("\n".join(_readers()))
         sys.stdout.flush()
     except BrokenPipeError:
         reader_gone()

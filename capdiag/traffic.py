@@ -16,6 +16,8 @@ from collections import Counter
 from typing import Optional
 
 from capdiag import facts as F
+from capdiag import scanner
+from capdiag import traffic_shapes as shapes
 from capdiag.lazyre import LazyPattern
 from capdiag.request_log import RequestLog
 from capdiag.source import line_text
@@ -28,8 +30,7 @@ FULL = 1.0  # usage printed as 1.00 (SGLang) or 100.0% (vLLM)
 # rank tags as the start-up lines have them, then perhaps `INFO scheduler.py:123: `.
 # Figures as the patterns take them: at most 15 digits (a 5000-digit run is no figure a server
 # prints, and int() refuses one past 4,300 digits), a decimal point only between digits
-_INT = rb"(\d{1,15})"
-_NUM = rb"(\d{1,15}(?:\.\d{1,15})?)"
+_INT, _NUM = shapes.INT, shapes.NUM
 _SGL_HEAD = rb"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d{1,7})*)\] (?:[A-Z]+ [\w./-]+:\d+: )?"
 # Both batch lines in every field set seen across versions: `.` after `batch` before ~v0.4.4,
 # an iteration counter `[N]` with SGLANG_LOG_FORWARD_ITERS, `full`/`swa`/`mamba` usages for
@@ -55,23 +56,15 @@ _RETRACT = LazyPattern(
 # device's — `GPU` for CUDA, else the device type (`CPU KV cache usage` on the CPU backend) — and
 # `Deferred: N reqs`, `KV fetch: …` and `Preemptions: N` (those of the interval since the last
 # line; printed only when some were) may come between.
-_VLLM = LazyPattern(
-    rb"Avg prompt throughput: " + _NUM + rb" tokens/s, Avg generation throughput: " + _NUM + rb" tokens/s, "
-    rb"Running: " + _INT + rb" reqs, (?:Swapped: \d+ reqs, )?(?:Pending|Waiting): " + _INT + rb" reqs"
-    rb"(?:, Deferred: \d+ reqs)?(?:, KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting)?"
-    rb"(?:, Preemptions: " + _INT + rb")?(?:, [A-Z]{3} KV cache usage: " + _NUM + rb"%)?")
+_VLLM = LazyPattern(shapes.VLLM_METRICS.regex())
 _ENGINE = LazyPattern(rb"Engine " + _INT + rb": $")
 # Python's regular expressions cost about a character matched, so the fast reading of a block
 # takes only the runs of figures that stand together (the start of a decode line, its end, a
 # prefill line up to its queue) and checks that every line gave them (else the block is read
-# line by line with the full patterns above).
-# (the last group: a hybrid pool's SWA figures follow the usage, which the line-by-line reading takes)
-_S_DECODE = LazyPattern(rb"Decode batch(?: \[\d+\])?[,.] #running-req: " + _INT + rb", #(?:full )?token: " + _INT + rb", "
-                       rb"(?:full )?token usage: " + _NUM + rb"(, #swa)?")
-_S_DECODE_TAIL = LazyPattern(rb"gen throughput \(token/s\): " + _NUM + rb", #queue-req: " + _INT)
-_S_PREFILL = LazyPattern(rb"Prefill batch(?: \[\d+\])?[,.] #new-seq: " + _INT + rb", #new-token: " + _INT + rb", #cached-token: " + _INT + rb", "
-                        rb"(?:cache hit rate: [\d.]+%, )?(?:full )?token usage: " + _NUM + rb", (?:mamba usage: [\d.]+, )?"
-                        rb"#running-req: " + _INT + rb", #queue-req: " + _INT)
+# line by line with the full patterns above). The compiled scanner runs the same wordings.
+_S_DECODE = LazyPattern(shapes.SGLANG_DECODE.regex())
+_S_DECODE_TAIL = LazyPattern(shapes.SGLANG_DECODE_TAIL.regex())
+_S_PREFILL = LazyPattern(shapes.SGLANG_PREFILL.regex())
 _S_HEAD = LazyPattern(_SGL_HEAD)
 # SGLang names every scheduler's lines the same way (no tags with one GPU, ` TP0` with TP only, and
 # ` DP1 TP0`, ` PP1 TP0`… otherwise), and only attention-TP rank 0 prints traffic: lines without
@@ -117,6 +110,7 @@ class _Rank:
         self.framework, self.tags = framework, tags
         self.lines = 0
         self.samples: Counter = Counter()  # (usage bytes, queued, running bytes) -> lines
+        self.counted = None  # the same, of the lines the compiled scanner read (capdiag.scanner)
         self.first_time = self.last_time = ""
         self.peak_queue = 0
         self.peak_usage = -1.0
@@ -135,20 +129,25 @@ class _Rank:
     # ---- adding
     def add(self, first: int, block: bytes, usages: list, queues: list, runnings: list, when: tuple[str, str]) -> None:
         """A run of this rank's lines, in line order: their usages (b"" where not printed), queue
-        and running counts as printed; `when` the times of the run's first and last line. The
-        run becomes one point of the series."""
-        self.lines += len(usages)
+        and running counts as printed; `when` the times of the run's first and last line."""
         self.samples.update(zip(usages, map(_NOT_QUEUED, queues), runnings))
+        known = [u for u in set(usages) if u]
+        self.add_counted(first, block, len(usages), max(map(float, known)) if known else None,
+                         max(map(int, set(runnings))), max(map(int, set(queues))), when)
+
+    def add_counted(self, first: int, block: bytes, lines: int, top_usage: Optional[float], top_running: int,
+                    top_queue: int, when: tuple[str, str]) -> None:
+        """A run of `lines` of this rank's lines, already counted into the samples: the fullest
+        usage as printed (None where none was), the most running and queued requests. The run
+        becomes one point of the series."""
+        self.lines += lines
         if not self.first_time:
             self.first_time = when[0]
             self.cite_edge("first", first, block)
         self.last_time = when[1]
         self.last_block = (first, block)
         scale = 100.0 if self.framework == "vllm" else 1.0
-        top_queue = max(map(int, set(queues)))
-        top_running = max(map(int, set(runnings)))
-        known = [u for u in set(usages) if u]
-        top_usage = max(map(float, known)) / scale if known else -1.0
+        top_usage = -1.0 if top_usage is None else top_usage / scale
         if top_usage > self.peak_usage:
             self.peak_usage = top_usage
             self._mark("peak_usage", first, block, self._usage_needles(top_usage), top_usage)
@@ -171,9 +170,17 @@ class _Rank:
 
     def throughput(self, values: list[float]) -> None:
         if values:
-            low, high = min(values), max(values)
-            self.low = low if self.low is None else min(self.low, low)
-            self.high = high if self.high is None else max(self.high, high)
+            self.throughput_range(min(values), max(values))
+
+    def throughput_range(self, low: float, high: float) -> None:
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
+
+    def count(self, counts) -> None:
+        """Add the compiled scanner's counts of a block (capdiag.scanner.histogram())."""
+        if self.counted is None:
+            self.counted = scanner.histogram()
+        self.counted.merge(counts)
 
     def _usage_needles(self, usage: float) -> tuple[bytes, ...]:
         if self.framework == "vllm":
@@ -244,6 +251,7 @@ class TrafficAggregator:
         self.starts: list[int] = [0]  # the line each segment's start-up record is on
         self.framework: Optional[str] = None  # once one's traffic is seen, the other's is not looked for
         self.requests = RequestLog()  # vLLM's request-logging lines, one sum per segment
+        self.counts = scanner.histogram()  # what the compiled scanner counted in the block at hand
 
     def restart(self, line: int) -> None:
         """A start-up record begins at `line`: later traffic belongs to that start-up. The
@@ -301,8 +309,13 @@ class TrafficAggregator:
         give them (a hybrid pool prints two usages: the line-by-line reading takes the fuller).
         Each pattern passes over the block once, and the figures are handled a column at a time
         (zip(*rows)), so no Python runs per line."""
+        cuts = _ranges(block, SERIES_PER_BLOCK)
+        counted = scanner.scan(False, block, cuts, self.counts)
+        if counted is not None:
+            self._sglang_counted(first, block, tags, cuts, counted)
+            return True
         runs, decodes, prefills = [], 0, 0
-        for start, stop in _ranges(block, SERIES_PER_BLOCK):
+        for start, stop in cuts:
             decode = _S_DECODE.findall(block, start, stop)  # (running, tokens, usage, swa)
             tail = _S_DECODE_TAIL.findall(block, start, stop)  # (throughput, queue)
             prefill = _S_PREFILL.findall(block, start, stop)  # (new, new tokens, cached, usage, running, queue)
@@ -334,6 +347,27 @@ class TrafficAggregator:
             rank.prompt[1] += sum(map(int, p_seqs))
             rank.prefill_max = max(rank.prefill_max, max(new, default=0))
         return True
+
+    def _sglang_counted(self, first: int, block: bytes, tags: bytes, cuts: list, counted: list) -> None:
+        """The compiled scanner's sums of each stretch (capdiag.scanner.scan), added as the
+        fast reading above adds its columns."""
+        rank = None
+        for (start, stop), got in zip(cuts, counted):
+            if got is None:
+                continue
+            lines, top_queue, top_running, top_usage, low, high, tokens, running, prompt, seqs, most_new, _ = got
+            rank = rank or self._rank("sglang", tags)
+            rank.add_counted(first, block, lines, top_usage, top_running, top_queue,
+                             (_sgl_when(block, start, stop, True), _sgl_when(block, start, stop, False)))
+            if low is not None:
+                rank.throughput_range(low, high)
+            rank.context[0] += tokens
+            rank.context[1] += running
+            rank.prompt[0] += prompt
+            rank.prompt[1] += seqs
+            rank.prefill_max = max(rank.prefill_max, most_new)
+        if rank is not None:
+            rank.count(self.counts)
 
     def _sglang_rows(self, first: int, block: bytes) -> None:
         """Line by line with the full pattern: several ranks, or a hybrid pool's two usages."""
@@ -378,8 +412,22 @@ class TrafficAggregator:
     def _vllm_fast(self, first: int, block: bytes, lines: int, engine: bytes) -> bool:
         """One engine's metrics lines, a stretch of the block at a time, by one pass of the whole
         pattern; False unless every metrics line gave it."""
+        cuts = _ranges(block, SERIES_PER_BLOCK)
+        counted = scanner.scan(True, block, cuts, self.counts)
+        if counted is not None:
+            rank = self._rank("vllm", engine)
+            for (start, stop), got in zip(cuts, counted):
+                if got is not None:
+                    lines, top_queue, top_running, top_usage, low, high, preempted, preemptions = got
+                    rank.add_counted(first, block, lines, top_usage, top_running, top_queue,
+                                     (_vllm_when(block, start, stop, True), _vllm_when(block, start, stop, False)))
+                    rank.throughput_range(low, high)
+                    if preempted:
+                        self._interval_preemptions(rank, first, block, start, stop, preemptions)
+            rank.count(self.counts)
+            return True
         runs = []
-        for start, stop in _ranges(block, SERIES_PER_BLOCK):
+        for start, stop in cuts:
             rows = _VLLM.findall(block, start, stop)  # (prompt, generation, running, waiting, preempted, usage)
             if rows:
                 runs.append((start, stop, _columns(rows, 6)))
@@ -391,12 +439,12 @@ class TrafficAggregator:
                                                              _vllm_when(block, start, stop, False)))
             rank.throughput(list(map(float, generation)))
             if any(preempted):
-                self._interval_preemptions(rank, first, block, start, stop, preempted)
+                self._interval_preemptions(rank, first, block, start, stop, sum(int(c) for c in preempted if c))
         return True
 
-    def _interval_preemptions(self, rank, first: int, block: bytes, start: int, stop: int, counts) -> None:
+    def _interval_preemptions(self, rank, first: int, block: bytes, start: int, stop: int, count: int) -> None:
         """vLLM V1's `Preemptions: N` — those since the line before — summed; cited at the last."""
-        rank.preemptions = (rank.preemptions or 0) + sum(int(c) for c in counts if c)
+        rank.preemptions = (rank.preemptions or 0) + count
         at = block.rfind(b"Preemptions: ", start, stop)
         rank.cite("last_preemption", first, block, at, rank.preemptions)
 
@@ -414,7 +462,7 @@ class TrafficAggregator:
                          [m.group(3) for m in run], (_vllm_time(block, run[0].start()), _vllm_time(block, run[-1].start())))
                 if any(m.group(5) for m in run):
                     self._interval_preemptions(rank, first, block, run[0].start(), run[-1].end(),
-                                               [m.group(5) for m in run])
+                                               sum(int(m.group(5)) for m in run if m.group(5)))
             rank.throughput([float(m.group(2)) for m in found])
 
     def _preemptions(self, first: int, block: bytes) -> None:
@@ -488,13 +536,14 @@ def _rank_of(rank: _Rank) -> F.Rank:
 def _facts(rank: _Rank) -> list[F.Fact]:
     if rank.samples or rank.lines:
         rank.close()
+    counted = rank.samples + Counter(rank.counted.items()) if rank.counted is not None else rank.samples
     anchor = rank.marks.get("first") or rank.marks.get("first_retraction") or rank.marks.get("last_preemption")
     if anchor is None:
         return []
     tags = _rank_of(rank)
     scale = 100.0 if rank.framework == "vllm" else 1.0
     samples = tuple(sorted(((float(u) / scale if u else None, queued, int(r), n)
-                            for (u, queued, r), n in rank.samples.items()), key=_sample_order))
+                            for (u, queued, r), n in counted.items()), key=_sample_order))
     summary = F.TrafficSummary(
         evidence=F.Evidence(anchor[0], anchor[1]), rank=tags, role=F.RUNTIME_ROLE, framework=rank.framework,
         lines=rank.lines,

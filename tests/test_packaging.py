@@ -42,7 +42,8 @@ def test_every_data_file_is_shipped():
         base = folders[package]
         shipped = {p for pattern in patterns for p in base.glob(pattern)}
         # the package's own folder and its data folders (sub-packages are checked as packages below)
-        data = {p for p in base.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")
+        # (C sources are setup.py's extension's, built into the wheel; .so/.pyd their build)
+        data = {p for p in base.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc", ".c", ".so", ".pyd")
                 and (p.parent == base or p.parent.name in ("templates", "examples"))}
         assert data <= shipped, sorted(str(p.relative_to(ROOT)) for p in data - shipped)
     packages = set(setuptools["packages"])
@@ -50,3 +51,10 @@ def test_every_data_file_is_shipped():
         for init in base.rglob("__init__.py"):
             dotted = ".".join([package, *init.parent.relative_to(base).parts])
             assert dotted in packages, dotted
+
+
+def test_every_c_source_is_an_extension_of_setup_py():
+    setup = (ROOT / "setup.py").read_text(encoding="utf-8")
+    sources = sorted(str(p.relative_to(ROOT)) for p in ROOT.joinpath("capdiag").rglob("*.c"))
+    assert sources and all(f'"{source}"' in setup for source in sources)
+    assert "optional=True" in setup  # no compiler: the Python path, not a failed install

@@ -1,0 +1,70 @@
+"""Which traffic scanner reads the traffic lines: the compiled one (capdiag/_scan.c), where it
+was built and agrees with the wordings declared in capdiag/traffic_shapes.py, else the Python
+path in capdiag/traffic.py. Both give the same report; the compiled one is ~20x faster.
+
+`CAPDIAG_PURE_PYTHON=1` takes the Python path whatever was built (the tests and the benchmark
+run both).
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Optional, Sequence
+
+from capdiag import traffic_shapes as shapes
+
+PURE_ENV = "CAPDIAG_PURE_PYTHON"
+SGLANG = (shapes.SGLANG_DECODE, shapes.SGLANG_DECODE_TAIL, shapes.SGLANG_PREFILL)
+VLLM = (shapes.VLLM_METRICS,)
+
+
+@lru_cache(maxsize=1)
+def loaded() -> tuple[object, str]:
+    """(the compiled module or None, the sentence that says which path and why)."""
+    if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
+        return None, f"Python (the compiled scanner is built but {PURE_ENV} is set)" if _built() else \
+            f"Python ({PURE_ENV} is set)"
+    try:
+        from capdiag import _scan
+    except ImportError:
+        return None, "Python (the compiled scanner was not built: no C compiler when capdiag was installed)"
+    read = _scan.fields()
+    for w in SGLANG + VLLM:
+        if tuple(read.get(w.name, ())) != w.fields:
+            return None, f"Python (the compiled scanner reads {w.name!r} by other fields than traffic_shapes declares)"
+    return _scan, "compiled (capdiag/_scan.c)"
+
+
+def _built() -> bool:
+    try:
+        from capdiag import _scan  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=2)
+def _programs(vllm: bool) -> tuple[bytes, ...]:
+    return tuple(w.program() for w in (VLLM if vllm else SGLANG))
+
+
+def histogram():
+    """A new compiled histogram of (usage, queued, running) counts, or None without the scanner."""
+    native, _ = loaded()
+    return None if native is None else native.Histogram()
+
+
+def scan(vllm: bool, block: bytes, cuts: Sequence[tuple[int, int]], counts) -> Optional[list]:
+    """Per stretch of `block` (`cuts`: (start, stop) of whole lines), what its traffic lines
+    sum to (None for a stretch without one), with `counts` (a histogram()) emptied and filled
+    with the block's {(usage as printed, queued, running as printed): lines}; None when the
+    Python path must read the block (no compiled scanner, or a line it does not read wholly).
+    The tuples: SGLang (lines, top queue, top running, top usage, throughput low, high,
+    context tokens, context requests, prompt tokens, prompt requests, most new tokens in one
+    prefill, prefill lines); vLLM (lines, top queue, top running, top usage, generation
+    throughput low, high, preemptions printed, their sum). Usage and throughput as floats of
+    the figures printed, None where none was."""
+    native, _ = loaded()
+    if native is None or counts is None:
+        return None
+    return native.scan(vllm, block, cuts, _programs(vllm), counts)
