@@ -1,7 +1,8 @@
 /* The compiled traffic scanner: the hot part of capdiag/traffic.py, optional.
  *
- * It runs the wordings' programs that capdiag/traffic_shapes.py compiles (the op codes below
- * are that module's), over the stretches of a block the Python path would read, and returns
+ * It matches the wordings that capdiag/traffic_shapes.py declares, with the C functions that
+ * module generates from them (_scan_wordings.h, written by setup.py into the build), over the
+ * stretches of a block the Python path would read, and returns
  * per stretch what the Python path sums from its regular expressions' rows: the line count,
  * the (usage, queued, running) histogram, the peak queue, the throughput range and the sums.
  * Where any line that begins a wording does not match it wholly, or a sum would not fit in 64
@@ -14,143 +15,71 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { OP_LIT = 1, OP_EITHER, OP_OPT, OP_RUN, OP_INT, OP_NUM, OP_FLAG };
 enum { FIGURE_DIGITS = 15, MAX_FIELDS = 8 };
 /* a match: matched, not matched (the optional run that holds it is skipped), or refused
  * (a figure of more digits than a figure has: the regular expression would take part of it) */
 enum { NO = 0, YES = 1, REFUSED = -1 };
 
-typedef struct { const char *at; Py_ssize_t len; } Span;
-typedef struct { const unsigned char *code; Py_ssize_t len; } Program;
+/* a figure as matched: where, how long, and its value (a decimal's fraction as 15 digits) */
+typedef struct { const char *at; Py_ssize_t len; int64_t whole, fraction; } Span;
+/* a wording: its first literal, which byte of it is looked for first, its fields, its matcher */
+typedef struct {
+    const char *anchor;
+    Py_ssize_t anchor_len, key;
+    int fields;
+    int (*match)(const char *s, Py_ssize_t i, Py_ssize_t end, Span *f, Py_ssize_t *out);
+} Wording;
 
-static unsigned short u16(const unsigned char *p) { return (unsigned short)(p[0] | (p[1] << 8)); }
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
-
-static Py_ssize_t take_digits(const char *s, Py_ssize_t i, Py_ssize_t end) {
-    while (i < end && is_digit(s[i])) i++;
-    return i;
+/* a == b over n bytes, for the literals the matchers compare: with n known where it is called,
+ * this is a few loads and compares, not a call */
+static inline __attribute__((always_inline)) int same(const char *a, const char *b, Py_ssize_t n) {
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    if (n >= 4) {
+        uint32_t x, y;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        if (x != y) return 0;
+        a += 4, b += 4, n -= 4;
+    }
+    if (n >= 2) {
+        uint16_t x, y;
+        memcpy(&x, a, 2);
+        memcpy(&y, b, 2);
+        if (x != y) return 0;
+        a += 2, b += 2, n -= 2;
+    }
+    return !n || *a == *b;
 }
 
-/* Run `prog` on s[*pos:end); on YES, *pos is past the match and fields[] hold the figures. */
-static int run(const unsigned char *code, Py_ssize_t len, const char *s, Py_ssize_t *pos, Py_ssize_t end,
-               Span *fields) {
-    Py_ssize_t i = *pos, pc = 0;
-    while (pc < len) {
-        unsigned char op = code[pc++];
-        switch (op) {
-        case OP_LIT: {
-            unsigned short n = u16(code + pc);
-            pc += 2;
-            if (end - i < n || memcmp(s + i, code + pc, n) != 0) return NO;
-            i += n;
-            pc += n;
-            break;
-        }
-        case OP_EITHER: {
-            unsigned char count = code[pc++];
-            int found = 0;
-            for (unsigned char k = 0; k < count; k++) {
-                unsigned short n = u16(code + pc);
-                pc += 2;
-                if (!found && end - i >= n && memcmp(s + i, code + pc, n) == 0) {
-                    i += n;
-                    found = 1;
-                }
-                pc += n;
-            }
-            if (!found) return NO;
-            break;
-        }
-        case OP_OPT: {
-            unsigned short n = u16(code + pc);
-            Span saved[MAX_FIELDS];
-            Py_ssize_t at = i;
-            pc += 2;
-            memcpy(saved, fields, sizeof saved);
-            int r = run(code + pc, n, s, &at, end, fields);
-            if (r == REFUSED) return REFUSED;
-            if (r == YES) i = at;
-            else memcpy(fields, saved, sizeof saved);
-            pc += n;
-            break;
-        }
-        case OP_RUN: {
-            unsigned char exact = code[pc], n = code[pc + 1];
-            const unsigned char *chars = code + pc + 2;
-            Py_ssize_t j = i;
-            pc += 2 + n;
-            while (j < end && (!exact || j - i < exact) && memchr(chars, (unsigned char)s[j], n)) j++;
-            if (j == i || (exact && j - i != exact)) return NO;
-            i = j;
-            break;
-        }
-        case OP_INT:
-        case OP_NUM: {
-            unsigned char slot = code[pc++];
-            Py_ssize_t j = take_digits(s, i, end);
-            if (j == i) return NO;
-            if (j - i > FIGURE_DIGITS) return REFUSED;
-            if (op == OP_NUM && j + 1 < end && s[j] == '.' && is_digit(s[j + 1])) {
-                Py_ssize_t k = take_digits(s, j + 1, end);
-                if (k - (j + 1) > FIGURE_DIGITS) return REFUSED;
-                j = k;
-            }
-            fields[slot].at = s + i;
-            fields[slot].len = j - i;
-            i = j;
-            break;
-        }
-        case OP_FLAG: {
-            unsigned char slot = code[pc];
-            unsigned short n = u16(code + pc + 1);
-            pc += 3;
-            if (end - i >= n && memcmp(s + i, code + pc, n) == 0) {
-                fields[slot].at = s + i;
-                fields[slot].len = n;
-                i += n;
-            }
-            pc += n;
-            break;
-        }
-        default:
-            return REFUSED;
-        }
+#include "_scan_wordings.h"
+
+/* The first place at or after `from` where the wording's first literal begins and ends before
+ * `to`, or -1: memchr for its key byte, then the whole literal. */
+static Py_ssize_t find(const char *s, Py_ssize_t from, Py_ssize_t to, const Wording *w) {
+    Py_ssize_t n = w->anchor_len, k = w->key;
+    char key = w->anchor[k];
+    for (Py_ssize_t i = from + k; i < to;) {
+        const char *q = memchr(s + i, key, (size_t)(to - i));
+        if (!q) return -1;
+        Py_ssize_t at = q - s - k;
+        if (at + n <= to && memcmp(s + at, w->anchor, (size_t)n) == 0) return at;
+        i = q - s + 1;
     }
-    *pos = i;
-    return YES;
+    return -1;
 }
 
 /* ---- figures */
-static int add_int(int64_t *sum, Span f) {
-    int64_t v = 0;
-    for (Py_ssize_t k = 0; k < f.len; k++) v = v * 10 + (f.at[k] - '0');
-    return !__builtin_add_overflow(*sum, v, sum);
-}
+static int add_int(int64_t *sum, Span f) { return !__builtin_add_overflow(*sum, f.whole, sum); }
 
-static int64_t int_of(Span f) {
-    int64_t v = 0;
-    for (Py_ssize_t k = 0; k < f.len; k++) v = v * 10 + (f.at[k] - '0');
-    return v;
-}
-
-/* Compare two decimals as printed (digits, perhaps a point and digits): their values, exactly. */
+/* Compare two decimals by their values, exactly: whole parts, then fractions (15 digits each). */
 static int decimal_cmp(Span a, Span b) {
-    Py_ssize_t ai = 0, bi = 0, ae, be;
-    while (ai < a.len && a.at[ai] == '0') ai++;
-    while (bi < b.len && b.at[bi] == '0') bi++;
-    for (ae = ai; ae < a.len && a.at[ae] != '.'; ae++);
-    for (be = bi; be < b.len && b.at[be] != '.'; be++);
-    if (ae - ai != be - bi) return ae - ai < be - bi ? -1 : 1;
-    int c = memcmp(a.at + ai, b.at + bi, (size_t)(ae - ai));
-    if (c) return c < 0 ? -1 : 1;
-    Py_ssize_t ap = ae + 1, bp = be + 1;
-    while (ap < a.len || bp < b.len) {
-        char x = ap < a.len ? a.at[ap] : '0', y = bp < b.len ? b.at[bp] : '0';
-        if (x != y) return x < y ? -1 : 1;
-        ap++;
-        bp++;
-    }
-    return 0;
+    if (a.whole != b.whole) return a.whole < b.whole ? -1 : 1;
+    return (a.fraction > b.fraction) - (a.fraction < b.fraction);
 }
 
 /* float(figure) as Python computes it */
@@ -171,7 +100,8 @@ typedef struct {
     Py_ssize_t n;
     uint64_t hash;
 } Entry;
-typedef struct { Entry *slots; Py_ssize_t size, used; } Table;
+/* the entries in the order first seen, and an open-addressing index of them (entry + 1; 0: free) */
+typedef struct { Entry *entries; uint32_t *index; Py_ssize_t size, used, room; } Table;
 
 static uint64_t hash_of(const char *u, Py_ssize_t ul, int q, const char *r, Py_ssize_t rl) {
     uint64_t h = 1469598103934665603ULL ^ (uint64_t)q;
@@ -181,31 +111,51 @@ static uint64_t hash_of(const char *u, Py_ssize_t ul, int q, const char *r, Py_s
     return h;
 }
 
-static int table_grow(Table *t) {
-    Py_ssize_t size = t->size ? t->size * 2 : 256;
-    Entry *slots = PyMem_Calloc((size_t)size, sizeof(Entry));
-    if (!slots) return 0;
-    for (Py_ssize_t k = 0; k < t->size; k++) {
-        Entry *e = &t->slots[k];
-        if (!e->n) continue;
-        Py_ssize_t at = (Py_ssize_t)(e->hash & (uint64_t)(size - 1));
-        while (slots[at].n) at = (at + 1) & (size - 1);
-        slots[at] = *e;
-    }
-    PyMem_Free(t->slots);
-    t->slots = slots;
-    t->size = size;
+static int bytes_equal(const char *a, const char *b, Py_ssize_t n) {
+    while (n--)
+        if (*a++ != *b++) return 0;
     return 1;
 }
 
-/* add n lines of the key (usage u, queued q, running r); 0: out of memory */
+static void table_index(Table *t) {
+    memset(t->index, 0, sizeof(uint32_t) * (size_t)t->size);
+    for (Py_ssize_t k = 0; k < t->used; k++) {
+        Py_ssize_t at = (Py_ssize_t)(t->entries[k].hash & (uint64_t)(t->size - 1));
+        while (t->index[at]) at = (at + 1) & (t->size - 1);
+        t->index[at] = (uint32_t)(k + 1);
+    }
+}
+
+static int table_grow(Table *t) {
+    Py_ssize_t size = t->size ? t->size * 2 : 256;
+    if (size / 2 > (Py_ssize_t)UINT32_MAX - 1) return 0;
+    uint32_t *index = PyMem_RawRealloc(t->index, sizeof(uint32_t) * (size_t)size);
+    if (!index) return 0;
+    t->index = index;
+    Entry *entries = PyMem_RawRealloc(t->entries, sizeof(Entry) * (size_t)(size / 2));
+    if (!entries) return 0;
+    t->entries = entries;
+    t->size = size;
+    t->room = size / 2;
+    table_index(t);
+    return 1;
+}
+
+static void table_free(Table *t) {
+    PyMem_RawFree(t->index);
+    PyMem_RawFree(t->entries);
+    memset(t, 0, sizeof *t);
+}
+
+/* add n lines of the key (usage u, queued q, running r), *entry its index; 0: out of memory */
 static int table_add(Table *t, const char *u, Py_ssize_t ul, int q, const char *r, Py_ssize_t rl, Py_ssize_t n,
-                     uint64_t h) {
-    if (2 * (t->used + 1) > t->size && !table_grow(t)) return 0;
+                     uint64_t h, uint32_t *entry) {
+    if (t->used + 1 > t->room && !table_grow(t)) return 0;
     Py_ssize_t at = (Py_ssize_t)(h & (uint64_t)(t->size - 1));
     for (;;) {
-        Entry *e = &t->slots[at];
-        if (!e->n) {
+        uint32_t k = t->index[at];
+        if (!k) {
+            Entry *e = &t->entries[t->used];
             memcpy(e->usage, u, (size_t)ul);
             memcpy(e->running, r, (size_t)rl);
             e->usage_len = (unsigned char)ul;
@@ -213,32 +163,51 @@ static int table_add(Table *t, const char *u, Py_ssize_t ul, int q, const char *
             e->queued = (unsigned char)q;
             e->hash = h;
             e->n = n;
-            t->used++;
+            *entry = (uint32_t)t->used;
+            t->index[at] = (uint32_t)(++t->used);
             return 1;
         }
-        if (e->hash == h && e->queued == q && e->usage_len == ul && e->running_len == rl &&
-            memcmp(e->usage, u, (size_t)ul) == 0 && memcmp(e->running, r, (size_t)rl) == 0) {
+        Entry *e = &t->entries[k - 1];
+        if (e->hash == h && e->queued == q && e->usage_len == ul && e->running_len == rl && bytes_equal(e->usage, u, ul) &&
+            bytes_equal(e->running, r, rl)) {
             e->n += n;
+            *entry = k - 1;
             return 1;
         }
         at = (at + 1) & (t->size - 1);
     }
 }
 
-static int table_merge(Table *into, const Table *from) {
-    for (Py_ssize_t k = 0; k < from->size; k++) {
-        const Entry *e = &from->slots[k];
-        if (e->n && !table_add(into, e->usage, e->usage_len, e->queued, e->running, e->running_len, e->n, e->hash))
-            return 0;
+/* the Histogram type: one rank's counts across blocks; items() gives them to Python. The
+ * journal holds the entry each line of the block at hand was counted in, so that a block the
+ * Python path must read after all is taken back out (an entry may be left at 0 lines). */
+typedef struct {
+    PyObject_HEAD
+    Table table;
+    uint32_t *journal;
+    Py_ssize_t journaled, journal_room;
+} Histogram;
+
+static int journal(Histogram *h, uint32_t entry) {
+    if (h->journaled == h->journal_room) {
+        Py_ssize_t room = h->journal_room ? 2 * h->journal_room : 4096;
+        uint32_t *grown = PyMem_RawRealloc(h->journal, sizeof(uint32_t) * (size_t)room);
+        if (!grown) return 0;
+        h->journal = grown;
+        h->journal_room = room;
     }
+    h->journal[h->journaled++] = entry;
     return 1;
 }
 
-/* the Histogram type: one rank's counts across blocks; items() gives them to Python */
-typedef struct { PyObject_HEAD Table table; } Histogram;
+static void take_back(Histogram *h) {
+    for (Py_ssize_t k = 0; k < h->journaled; k++) h->table.entries[h->journal[k]].n--;
+    h->journaled = 0;
+}
 
 static void histogram_dealloc(Histogram *self) {
-    PyMem_Free(self->table.slots);
+    table_free(&self->table);
+    PyMem_RawFree(self->journal);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -246,8 +215,8 @@ static PyObject *histogram_items(Histogram *self, PyObject *unused) {
     (void)unused;
     PyObject *d = PyDict_New();
     Table *t = &self->table;
-    for (Py_ssize_t k = 0; d && k < t->size; k++) {
-        Entry *e = &t->slots[k];
+    for (Py_ssize_t k = 0; d && k < t->used; k++) {
+        Entry *e = &t->entries[k];
         if (!e->n) continue;
         PyObject *key = Py_BuildValue("(y#Oy#)", e->usage, (Py_ssize_t)e->usage_len, e->queued ? Py_True : Py_False,
                                       e->running, (Py_ssize_t)e->running_len);
@@ -259,21 +228,9 @@ static PyObject *histogram_items(Histogram *self, PyObject *unused) {
     return d;
 }
 
-static PyTypeObject HistogramType;
-
-static PyObject *histogram_merge(Histogram *self, PyObject *other) {
-    if (!PyObject_TypeCheck(other, &HistogramType)) {
-        PyErr_SetString(PyExc_TypeError, "merge: a Histogram");
-        return NULL;
-    }
-    if (!table_merge(&self->table, &((Histogram *)other)->table)) return PyErr_NoMemory();
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef histogram_methods[] = {
     {"items", (PyCFunction)histogram_items, METH_NOARGS,
      "{(usage as printed, queued, running as printed): lines}"},
-    {"merge", (PyCFunction)histogram_merge, METH_O, "Add another Histogram's counts to this one's."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -290,11 +247,11 @@ static PyTypeObject HistogramType = {
 
 /* ---- what one stretch gives */
 typedef struct {
-    Py_ssize_t lines, prefills;
+    Py_ssize_t start, stop, lines, prefills;
     int64_t top_queue, top_running, ctx_tokens, ctx_running, prompt_tokens, prompt_seqs, prefill_max, preempted;
     int throughput_seen, preempted_seen, usage_seen;
     Span low, high, top_usage;
-    Table *hist;  /* the block's, merged into the rank's when the whole block is read */
+    Histogram *hist;  /* the rank's: what a line adds is journaled */
 } Stretch;
 
 static int queued_of(Span q) { return !(q.len == 1 && q.at[0] == '0'); }
@@ -310,7 +267,7 @@ static void throughput_add(Stretch *st, Span f) {
 }
 
 static int line_add(Stretch *st, Span usage, Span queue, Span running) {
-    int64_t q = int_of(queue), r = int_of(running);
+    int64_t q = queue.whole, r = running.whole;
     int queued = queued_of(queue);
     if (q > st->top_queue) st->top_queue = q;
     if (r > st->top_running) st->top_running = r;
@@ -319,95 +276,78 @@ static int line_add(Stretch *st, Span usage, Span queue, Span running) {
         st->usage_seen = 1;
     }
     st->lines++;
-    return table_add(st->hist, usage.at, usage.len, queued, running.at, running.len, 1,
-                     hash_of(usage.at, usage.len, queued, running.at, running.len));
+    uint32_t entry;
+    return table_add(&st->hist->table, usage.at, usage.len, queued, running.at, running.len, 1,
+                     hash_of(usage.at, usage.len, queued, running.at, running.len), &entry) &&
+           journal(st->hist, entry);
 }
 
-/* 1: read; 0: not this path's (the block goes to Python); -1: out of memory */
-static int sglang_stretch(const char *s, Py_ssize_t start, Py_ssize_t stop, const Program *decode,
-                          const Program *tail, const Program *prefill, Stretch *st) {
-    static const char batch[] = " batch", gen[] = "gen throughput (token/s): ";
-    Py_ssize_t p = start, last_end = start, decodes = 0;
-    while (p < stop) {
-        const char *h = memmem(s + p, (size_t)(stop - p), batch, 6);
-        if (!h) break;
-        Py_ssize_t at = h - s, head;
-        int is_decode = at - 6 >= start && memcmp(h - 6, "Decode", 6) == 0;
-        int is_prefill = !is_decode && at - 7 >= start && memcmp(h - 7, "Prefill", 7) == 0;
-        p = at + 6;
-        if (!is_decode && !is_prefill) continue;
-        head = at - (is_decode ? 6 : 7);
-        if (head < last_end) return 0;  /* two batch lines' heads in one line */
+static void clear(Span *f, int n) { memset(f, 0, sizeof(Span) * (size_t)n); }
+
+/* 1: read; 0: not this path's (the block goes to Python); -1: out of memory.
+ * Three cursors walk the stretch in order: the next decode head, prefill head and decode tail.
+ * A tail met before its head's line, a second head in a line, a decode line without its tail:
+ * all are lines the Python path reads otherwise, so the block goes to it. */
+static int sglang_stretch(const char *s, Py_ssize_t start, Py_ssize_t stop, Stretch *st) {
+    const Wording *decode = &SGLANG_DECODE, *tail = &SGLANG_DECODE_TAIL, *prefill = &SGLANG_PREFILL;
+    Py_ssize_t d = find(s, start, stop, decode), pf = find(s, start, stop, prefill), t = find(s, start, stop, tail);
+    Span f[MAX_FIELDS], g[MAX_FIELDS];
+    while (d >= 0 || pf >= 0) {
+        int is_decode = pf < 0 || (d >= 0 && d < pf);
+        Py_ssize_t head = is_decode ? d : pf, pos;
+        if (t >= 0 && t < head) return 0;  /* a tail outside a decode line */
         const char *nl = memchr(s + head, '\n', (size_t)(stop - head));
-        Py_ssize_t end = nl ? nl - s : stop, pos = head;
-        Span f[MAX_FIELDS] = {{0}};
+        Py_ssize_t end = nl ? nl - s : stop;
         if (is_decode) {
-            Span t[MAX_FIELDS] = {{0}};
-            if (run(decode->code, decode->len, s, &pos, end, f) != YES || f[3].at) return 0;
-            const char *g = memmem(s + pos, (size_t)(end - pos), gen, sizeof gen - 1);
-            if (!g) return 0;
-            Py_ssize_t tp = g - s;
-            if (run(tail->code, tail->len, s, &tp, end, t) != YES) return 0;
-            throughput_add(st, t[0]);
-            if (!add_int(&st->ctx_tokens, f[1]) || !add_int(&st->ctx_running, f[0])) return 0;
-            if (!line_add(st, f[2], t[1], f[0])) return -1;
-            decodes++;
+            clear(f, decode->fields);
+            clear(g, tail->fields);
+            if (decode->match(s, head, end, f, &pos) != YES || f[SGLANG_DECODE_SWA].at) return 0;
+            if (t < 0 || t >= end) return 0;
+            Py_ssize_t tp;
+            if (tail->match(s, t, end, g, &tp) != YES) return 0;
+            throughput_add(st, g[SGLANG_DECODE_TAIL_THROUGHPUT]);
+            if (!add_int(&st->ctx_tokens, f[SGLANG_DECODE_TOKENS]) || !add_int(&st->ctx_running, f[SGLANG_DECODE_RUNNING]))
+                return 0;
+            if (!line_add(st, f[SGLANG_DECODE_USAGE], g[SGLANG_DECODE_TAIL_QUEUE], f[SGLANG_DECODE_RUNNING])) return -1;
+            t = find(s, tp, stop, tail);
+            d = find(s, pos, stop, decode);
         } else {
-            if (run(prefill->code, prefill->len, s, &pos, end, f) != YES) return 0;
-            int64_t new_tokens = int_of(f[1]);
-            if (!add_int(&st->prompt_tokens, f[1]) || !add_int(&st->prompt_tokens, f[2]) ||
-                !add_int(&st->prompt_seqs, f[0]))
+            clear(f, prefill->fields);
+            if (prefill->match(s, head, end, f, &pos) != YES) return 0;
+            int64_t new_tokens = f[SGLANG_PREFILL_NEW].whole;
+            if (!add_int(&st->prompt_tokens, f[SGLANG_PREFILL_NEW]) || !add_int(&st->prompt_tokens, f[SGLANG_PREFILL_CACHED]) ||
+                !add_int(&st->prompt_seqs, f[SGLANG_PREFILL_SEQS]))
                 return 0;
             if (new_tokens > st->prefill_max) st->prefill_max = new_tokens;
-            if (!line_add(st, f[3], f[5], f[4])) return -1;
+            if (!line_add(st, f[SGLANG_PREFILL_USAGE], f[SGLANG_PREFILL_QUEUE], f[SGLANG_PREFILL_RUNNING])) return -1;
             st->prefills++;
+            pf = find(s, pos, stop, prefill);
         }
-        last_end = end;
+        if ((d >= 0 && d < end) || (pf >= 0 && pf < end)) return 0;  /* two heads in one line */
     }
-    /* every decode tail's wording in the stretch is a decode line's own */
-    Py_ssize_t tails = 0;
-    for (p = start; p < stop;) {
-        const char *g = memmem(s + p, (size_t)(stop - p), gen, sizeof gen - 1);
-        if (!g) break;
-        tails++;
-        p = g - s + (Py_ssize_t)(sizeof gen - 1);
-    }
-    return tails == decodes;
+    return t < 0;  /* else a tail after the last decode line */
 }
 
-static int vllm_stretch(const char *s, Py_ssize_t start, Py_ssize_t stop, const Program *metrics, Stretch *st) {
-    const char *anchor = (const char *)metrics->code + 3;
-    size_t anchor_len = u16(metrics->code + 1);
+static int vllm_stretch(const char *s, Py_ssize_t start, Py_ssize_t stop, Stretch *st) {
     static const Span none = {"", 0};
-    Py_ssize_t p = start;
-    while (p < stop) {
-        const char *h = memmem(s + p, (size_t)(stop - p), anchor, anchor_len);
-        if (!h) break;
-        Py_ssize_t pos = h - s;
-        const char *nl = memchr(h, '\n', (size_t)(stop - pos));
-        Span f[MAX_FIELDS] = {{0}};
-        if (run(metrics->code, metrics->len, s, &pos, nl ? nl - s : stop, f) != YES) return 0;
-        throughput_add(st, f[1]);
-        if (f[4].at) {
+    const Wording *metrics = &VLLM_METRICS;
+    Span f[MAX_FIELDS];
+    for (Py_ssize_t at = find(s, start, stop, metrics); at >= 0; at = find(s, at, stop, metrics)) {
+        const char *nl = memchr(s + at, '\n', (size_t)(stop - at));
+        clear(f, metrics->fields);
+        if (metrics->match(s, at, nl ? nl - s : stop, f, &at) != YES) return 0;
+        throughput_add(st, f[VLLM_METRICS_GENERATION]);
+        if (f[VLLM_METRICS_PREEMPTED].at) {
             st->preempted_seen = 1;
-            if (!add_int(&st->preempted, f[4])) return 0;
+            if (!add_int(&st->preempted, f[VLLM_METRICS_PREEMPTED])) return 0;
         }
-        if (!line_add(st, f[5].at ? f[5] : none, f[3], f[2])) return -1;
-        p = pos;
+        Span usage = f[VLLM_METRICS_USAGE].at ? f[VLLM_METRICS_USAGE] : none;
+        if (!line_add(st, usage, f[VLLM_METRICS_WAITING], f[VLLM_METRICS_RUNNING])) return -1;
     }
     return 1;
 }
 
 /* ---- the module's functions */
-static int program_of(PyObject *o, Program *p) {
-    char *code;
-    Py_ssize_t len;
-    if (PyBytes_AsStringAndSize(o, &code, &len) < 0) return 0;
-    p->code = (const unsigned char *)code;
-    p->len = len;
-    return 1;
-}
-
 static PyObject *optional_float(int seen, Span f) {
     if (!seen) Py_RETURN_NONE;
     return float_of(f);
@@ -437,83 +377,80 @@ static PyObject *stretch_result(Stretch *st, int vllm) {
     return out;
 }
 
-/* scan(vllm, block, cuts, programs, histogram): one result a stretch (None where it has no
- * traffic line), and `histogram` emptied and filled with the block's lines; or None when the
- * Python path must read the block. */
+/* scan(vllm, block, cuts, histogram): one result a stretch (None where it has no traffic
+ * line), the block's lines counted into the rank's `histogram`; or None, and `histogram` as it
+ * was, when the Python path must read the block. The stretches are read without the GIL (the reader's workers
+ * search the next blocks meanwhile); the results are made with it. */
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
-    int vllm;
+    int vllm, refused = 0, failed = 0;
     Py_buffer block;
-    PyObject *cuts, *programs, *out = NULL, *seq = NULL;
+    PyObject *cuts, *out = NULL, *seq = NULL;
     Histogram *into;
-    Program prog[3];
-    if (!PyArg_ParseTuple(args, "py*OO!O!", &vllm, &block, &cuts, &PyTuple_Type, &programs, &HistogramType, &into))
-        return NULL;
-    Py_ssize_t nprog = PyTuple_GET_SIZE(programs);
-    if (nprog != (vllm ? 1 : 3)) {
-        PyErr_SetString(PyExc_ValueError, "scan: one program for vLLM, three for SGLang");
-        goto done;
-    }
-    for (Py_ssize_t k = 0; k < nprog; k++)
-        if (!program_of(PyTuple_GET_ITEM(programs, k), &prog[k])) goto done;
-    if (prog[0].len < 3 || prog[0].code[0] != OP_LIT) {
-        PyErr_SetString(PyExc_ValueError, "scan: a wording begins with a literal");
-        goto done;
-    }
-    PyMem_Free(into->table.slots);
-    memset(&into->table, 0, sizeof into->table);
+    Stretch *st = NULL;
+    if (!PyArg_ParseTuple(args, "py*OO!", &vllm, &block, &cuts, &HistogramType, &into)) return NULL;
     seq = PySequence_Fast(cuts, "scan: cuts are a sequence of (start, stop)");
     if (!seq) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    out = PyList_New(n);
-    for (Py_ssize_t k = 0; out && k < n; k++) {
+    st = PyMem_RawCalloc((size_t)(n ? n : 1), sizeof(Stretch));
+    if (!st) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
         Py_ssize_t start, stop;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "nn", &start, &stop)) {
-            Py_CLEAR(out);
-            break;
-        }
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "nn", &start, &stop)) goto done;
         if (start < 0 || stop > block.len || start > stop) {
             PyErr_SetString(PyExc_ValueError, "scan: a stretch outside the block");
-            Py_CLEAR(out);
-            break;
+            goto done;
         }
-        Stretch st;
-        memset(&st, 0, sizeof st);
-        st.hist = &into->table;
-        int r = vllm ? vllm_stretch(block.buf, start, stop, &prog[0], &st)
-                     : sglang_stretch(block.buf, start, stop, &prog[0], &prog[1], &prog[2], &st);
-        if (r == 0) {  /* the Python path reads this block */
-            Py_SETREF(out, Py_NewRef(Py_None));
-            break;
-        }
-        PyObject *item = r < 0 ? PyErr_NoMemory() : st.lines ? stretch_result(&st, vllm) : Py_NewRef(Py_None);
-        if (!item) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyList_SET_ITEM(out, k, item);
+        st[k].start = start;
+        st[k].stop = stop;
+        st[k].hist = into;
+    }
+    into->journaled = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < n && !refused && !failed; k++) {
+        int r = vllm ? vllm_stretch(block.buf, st[k].start, st[k].stop, &st[k])
+                     : sglang_stretch(block.buf, st[k].start, st[k].stop, &st[k]);
+        refused = r == 0;
+        failed = r < 0;
+    }
+    Py_END_ALLOW_THREADS
+    if (failed || refused) take_back(into);
+    into->journaled = 0;
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (refused) {  /* the Python path reads this block */
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    out = PyList_New(n);
+    for (Py_ssize_t k = 0; out && k < n; k++) {
+        PyObject *item = st[k].lines ? stretch_result(&st[k], vllm) : Py_NewRef(Py_None);
+        if (!item) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, k, item);
     }
 done:
+    PyMem_RawFree(st);
     Py_XDECREF(seq);
     PyBuffer_Release(&block);
     return out;
 }
 
-/* the field names each wording's program numbers its figures by, in the order this file reads
- * them: capdiag/scanner.py uses the scanner only where traffic_shapes declares the same */
-static PyObject *fields(PyObject *self, PyObject *unused) {
+/* the digest of the wordings this build was generated from: capdiag/scanner.py uses the
+ * scanner only where traffic_shapes.digest() is the same */
+static PyObject *digest(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    return Py_BuildValue("{s(ssss)s(ss)s(ssssss)s(ssssss)}",
-                         "sglang decode", "running", "tokens", "usage", "swa",
-                         "sglang decode tail", "throughput", "queue",
-                         "sglang prefill", "seqs", "new", "cached", "usage", "running", "queue",
-                         "vllm metrics", "prompt", "generation", "running", "waiting", "preempted", "usage");
+    return PyUnicode_FromString(WORDINGS_DIGEST);
 }
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Sum the traffic lines of each stretch of a block, or None: see capdiag/scanner.py."},
-    {"fields", fields, METH_NOARGS, "The field names each wording's figures are read by."},
+    {"digest", digest, METH_NOARGS, "The digest of the wordings this build was generated from."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,6 +17,7 @@ from capdiag.parsing.model_config import read_model_config
 from capdiag.parsing.nvidia_smi import read_nvidia_smi
 from capdiag.rules import rules_for
 from capdiag.rules.what_if import counterfactual, remedies
+from capdiag import scanner
 from capdiag.source import (LiveStream, LogInput, candidate_runs, log_name, open_log, physical_runs, reads_ahead,
                             scanned_runs)
 from capdiag.traffic import TrafficAggregator
@@ -90,9 +91,9 @@ def read_launches(log: LogInput, framework: Optional[str] = None, until_ready: O
     votes = FrameworkVotes()
     try:
         traffic = TrafficAggregator() if runtime else None
-        # (with the run-time section, the traffic patterns hold the GIL most of the pass: workers
-        # waiting for it to hand back a block slowed the pass by a tenth)
-        ahead = traffic is None and reads_ahead(stream)
+        # (the Python path's traffic patterns hold the GIL most of the pass: workers waiting for
+        # it to hand back a block slowed the pass by a tenth; the compiled scanner lets go of it)
+        ahead = reads_ahead(stream) and (traffic is None or scanner.loaded()[0] is not None)
         counter = _Counter(scanned_runs(stream) if ahead else physical_runs(stream))
         closed = 0
         for fact in read_facts(candidate_runs(counter, traffic), framework):

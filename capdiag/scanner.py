@@ -1,6 +1,6 @@
 """Which traffic scanner reads the traffic lines: the compiled one (capdiag/_scan.c), where it
-was built and agrees with the wordings declared in capdiag/traffic_shapes.py, else the Python
-path in capdiag/traffic.py. Both give the same report; the compiled one is ~20x faster.
+was built, from the wordings capdiag/traffic_shapes.py declares now, else the Python path in
+capdiag/traffic.py. Both give the same report; the compiled one is ~20x faster.
 
 `CAPDIAG_PURE_PYTHON=1` takes the Python path whatever was built (the tests and the benchmark
 run both).
@@ -14,8 +14,6 @@ from typing import Optional, Sequence
 from capdiag import traffic_shapes as shapes
 
 PURE_ENV = "CAPDIAG_PURE_PYTHON"
-SGLANG = (shapes.SGLANG_DECODE, shapes.SGLANG_DECODE_TAIL, shapes.SGLANG_PREFILL)
-VLLM = (shapes.VLLM_METRICS,)
 
 
 @lru_cache(maxsize=1)
@@ -28,10 +26,9 @@ def loaded() -> tuple[object, str]:
         from capdiag import _scan
     except ImportError:
         return None, "Python (the compiled scanner was not built: no C compiler when capdiag was installed)"
-    read = _scan.fields()
-    for w in SGLANG + VLLM:
-        if tuple(read.get(w.name, ())) != w.fields:
-            return None, f"Python (the compiled scanner reads {w.name!r} by other fields than traffic_shapes declares)"
+    if _scan.digest() != shapes.digest():
+        return None, ("Python (the compiled scanner was built from other wordings than capdiag/traffic_shapes.py "
+                      "declares: reinstall capdiag to rebuild it)")
     return _scan, "compiled (capdiag/_scan.c)"
 
 
@@ -41,11 +38,6 @@ def _built() -> bool:
     except ImportError:
         return False
     return True
-
-
-@lru_cache(maxsize=2)
-def _programs(vllm: bool) -> tuple[bytes, ...]:
-    return tuple(w.program() for w in (VLLM if vllm else SGLANG))
 
 
 def histogram():
@@ -67,4 +59,4 @@ def scan(vllm: bool, block: bytes, cuts: Sequence[tuple[int, int]], counts) -> O
     native, _ = loaded()
     if native is None or counts is None:
         return None
-    return native.scan(vllm, block, cuts, _programs(vllm), counts)
+    return native.scan(vllm, block, cuts, counts)

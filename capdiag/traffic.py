@@ -176,11 +176,11 @@ class _Rank:
         self.low = low if self.low is None else min(self.low, low)
         self.high = high if self.high is None else max(self.high, high)
 
-    def count(self, counts) -> None:
-        """Add the compiled scanner's counts of a block (capdiag.scanner.histogram())."""
+    def histogram(self):
+        """The compiled scanner's histogram this rank's lines are counted in (None without it)."""
         if self.counted is None:
             self.counted = scanner.histogram()
-        self.counted.merge(counts)
+        return self.counted
 
     def _usage_needles(self, usage: float) -> tuple[bytes, ...]:
         if self.framework == "vllm":
@@ -251,7 +251,6 @@ class TrafficAggregator:
         self.starts: list[int] = [0]  # the line each segment's start-up record is on
         self.framework: Optional[str] = None  # once one's traffic is seen, the other's is not looked for
         self.requests = RequestLog()  # vLLM's request-logging lines, one sum per segment
-        self.counts = scanner.histogram()  # what the compiled scanner counted in the block at hand
 
     def restart(self, line: int) -> None:
         """A start-up record begins at `line`: later traffic belongs to that start-up. The
@@ -287,12 +286,19 @@ class TrafficAggregator:
             self.requests.feed(first, block)
 
     def _rank(self, framework: str, tags: bytes) -> _Rank:
+        return self._keep(self._candidate(framework, tags))
+
+    def _candidate(self, framework: str, tags: bytes) -> _Rank:
+        """The rank lines of these tags are counted under, not yet kept: a block the compiled
+        scanner hands back to the Python path may turn out to give it no line."""
+        return self.segments[-1].get((framework, tags)) or _Rank(framework, tags)
+
+    def _keep(self, rank: _Rank) -> _Rank:
         ranks = self.segments[-1]
-        found = ranks.get((framework, tags))
-        if found is None:
-            found = ranks[(framework, tags)] = _Rank(framework, tags)
-            self.framework = framework
-        return found
+        if (rank.framework, rank.tags) not in ranks:
+            ranks[(rank.framework, rank.tags)] = rank
+            self.framework = rank.framework
+        return rank
 
     # ---- SGLang
     def _sglang(self, first: int, block: bytes) -> None:
@@ -310,9 +316,10 @@ class TrafficAggregator:
         Each pattern passes over the block once, and the figures are handled a column at a time
         (zip(*rows)), so no Python runs per line."""
         cuts = _ranges(block, SERIES_PER_BLOCK)
-        counted = scanner.scan(False, block, cuts, self.counts)
+        rank = self._candidate("sglang", tags)
+        counted = scanner.scan(False, block, cuts, rank.histogram())
         if counted is not None:
-            self._sglang_counted(first, block, tags, cuts, counted)
+            self._sglang_counted(first, block, rank, cuts, counted)
             return True
         runs, decodes, prefills = [], 0, 0
         for start, stop in cuts:
@@ -348,15 +355,14 @@ class TrafficAggregator:
             rank.prefill_max = max(rank.prefill_max, max(new, default=0))
         return True
 
-    def _sglang_counted(self, first: int, block: bytes, tags: bytes, cuts: list, counted: list) -> None:
+    def _sglang_counted(self, first: int, block: bytes, rank: _Rank, cuts: list, counted: list) -> None:
         """The compiled scanner's sums of each stretch (capdiag.scanner.scan), added as the
         fast reading above adds its columns."""
-        rank = None
         for (start, stop), got in zip(cuts, counted):
             if got is None:
                 continue
             lines, top_queue, top_running, top_usage, low, high, tokens, running, prompt, seqs, most_new, _ = got
-            rank = rank or self._rank("sglang", tags)
+            self._keep(rank)
             rank.add_counted(first, block, lines, top_usage, top_running, top_queue,
                              (_sgl_when(block, start, stop, True), _sgl_when(block, start, stop, False)))
             if low is not None:
@@ -366,8 +372,6 @@ class TrafficAggregator:
             rank.prompt[0] += prompt
             rank.prompt[1] += seqs
             rank.prefill_max = max(rank.prefill_max, most_new)
-        if rank is not None:
-            rank.count(self.counts)
 
     def _sglang_rows(self, first: int, block: bytes) -> None:
         """Line by line with the full pattern: several ranks, or a hybrid pool's two usages."""
@@ -413,9 +417,10 @@ class TrafficAggregator:
         """One engine's metrics lines, a stretch of the block at a time, by one pass of the whole
         pattern; False unless every metrics line gave it."""
         cuts = _ranges(block, SERIES_PER_BLOCK)
-        counted = scanner.scan(True, block, cuts, self.counts)
+        rank = self._candidate("vllm", engine)
+        counted = scanner.scan(True, block, cuts, rank.histogram())
         if counted is not None:
-            rank = self._rank("vllm", engine)
+            self._keep(rank)
             for (start, stop), got in zip(cuts, counted):
                 if got is not None:
                     lines, top_queue, top_running, top_usage, low, high, preempted, preemptions = got
@@ -424,7 +429,6 @@ class TrafficAggregator:
                     rank.throughput_range(low, high)
                     if preempted:
                         self._interval_preemptions(rank, first, block, start, stop, preemptions)
-            rank.count(self.counts)
             return True
         runs = []
         for start, stop in cuts:

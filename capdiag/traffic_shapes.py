@@ -1,5 +1,6 @@
 """The traffic lines' wordings, declared once: each is compiled to the regular expression the
-Python path reads it with and to the program the compiled scanner (capdiag/_scan.c) runs.
+Python path reads it with, and to the C function the compiled scanner (capdiag/_scan.c) calls
+to match it (`c_source()`, which setup.py writes into the build as _scan_wordings.h).
 
 A wording is a sequence of pieces. The pieces are the few that the wordings need, and each has
 one meaning in both compilations: a literal; one of several literals; an optional run of
@@ -8,19 +9,23 @@ pieces; a run of digits; a run of characters of a class; a figure taken as an in
 presence is taken as a flag.
 
 The scanner matches greedily and never backtracks, where the regular expression may. The two
-agree because of what `program()` checks before it compiles a wording: every optional run and
+agree because of what `c_source()` checks before it compiles a wording: every optional run and
 every run of a class is followed by something that cannot begin the same way (so taking the
 run never has to be undone), and a figure's digits are followed by a literal or end the
 wording. Where the scanner finds a line that does not match a wording wholly it does not guess:
 the whole block goes to the Python path (capdiag/traffic.py).
+
+This module imports nothing of capdiag's: setup.py loads it by its path, in a build
+environment that holds only setuptools.
 """
 from __future__ import annotations
 
+import hashlib
 import re
-import struct
+from dataclasses import dataclass
 from typing import Union
 
-from capdiag.frozen import frozen
+frozen = dataclass(frozen=True)
 
 DIGITS = frozenset(b"0123456789")
 UPPER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -90,16 +95,16 @@ class Wording:
     def regex(self) -> bytes:
         return b"".join(_regex(p) for p in self.pieces)
 
+    def checked(self) -> "Wording":
+        """The wording, once proven to match greedily as its regular expression does (else ValueError)."""
+        _check(self.pieces, self.name)
+        return self
+
     @property
     def anchor(self) -> bytes:
         first = self.pieces[0]
         assert isinstance(first, Lit), f"{self.name}: a wording begins with a literal"
         return first.text
-
-    def program(self) -> bytes:
-        """The scanner's program: the pieces as op codes, each figure or flag by its field's index."""
-        _check(self.pieces, self.name)
-        return _program(self.pieces, {name: at for at, name in enumerate(self.fields)})
 
 
 def wording(name: str, *pieces: Union[Piece, bytes]) -> Wording:
@@ -144,34 +149,38 @@ def _regex(p: Piece) -> bytes:
 INT, NUM = _regex(Int("")), _regex(Num(""))  # a figure's group, for the patterns written around these
 
 
-# ---- the scanner's program (capdiag/_scan.c reads the same op codes)
-OP_LIT, OP_EITHER, OP_OPT, OP_RUN, OP_INT, OP_NUM, OP_FLAG = range(1, 8)
-
-
-def _short(n: int) -> bytes:
-    return struct.pack("<H", n)
-
-
-def _program(pieces, slots: dict[str, int]) -> bytes:
-    out = bytearray()
+def _literals(pieces):
     for p in pieces:
         if isinstance(p, Lit):
-            out += bytes([OP_LIT]) + _short(len(p.text)) + p.text
+            yield p.text
         elif isinstance(p, Either):
-            out += bytes([OP_EITHER, len(p.texts)])
-            for t in p.texts:
-                out += _short(len(t)) + t
+            yield from p.texts
         elif isinstance(p, Opt):
-            body = _program(p.pieces, slots)
-            out += bytes([OP_OPT]) + _short(len(body)) + body
+            yield from _literals(p.pieces)
+
+
+def _example(pieces) -> bytes:
+    """The shortest line a wording matches (no optional run, the first of each choice, figures
+    of two digits)."""
+    out = b""
+    for p in pieces:
+        if isinstance(p, Lit):
+            out += p.text
+        elif isinstance(p, Either):
+            out += p.texts[0]
         elif isinstance(p, Run):
-            chars = bytes(sorted(p.chars))
-            out += bytes([OP_RUN, p.count, len(chars)]) + chars
+            out += bytes([min(p.chars)]) * max(p.count, 1)
         elif isinstance(p, (Int, Num)):
-            out += bytes([OP_INT if isinstance(p, Int) else OP_NUM, slots[p.name]])
-        elif isinstance(p, Flag):
-            out += bytes([OP_FLAG, slots[p.name]]) + _short(len(p.text)) + p.text
-    return bytes(out)
+            out += b"12"
+    return out
+
+
+def _key(anchor: bytes) -> int:
+    """Where in `anchor` the byte is that the scanner looks for first (memchr, then the whole
+    literal): the one rarest in lines of every wording behind a rank-tagged head, so that few
+    false starts are checked. Only speed depends on the choice."""
+    text = b"\n".join(b"[2026-05-01 10:00:00 DP0 TP0] INFO " + _example(w.pieces) for w in WORDINGS)
+    return min(range(len(anchor)), key=lambda at: (text.count(anchor[at:at + 1]), at))
 
 
 def _firsts(p: Piece) -> frozenset:
@@ -229,6 +238,114 @@ def _check(pieces, name: str, after=()) -> None:
             raise ValueError(f"{name}: two literals of a choice begin alike")
 
 
+# ---- the C the compiled scanner matches with
+MAX_FIELDS = 8  # capdiag/_scan.c's Span arrays
+
+
+def c_source() -> str:
+    """_scan_wordings.h: for each wording its first literal, the byte of it looked for first
+    (`_key`), its fields' indices and a function that matches it at a place, greedily (which
+    `_check` proves to be what the regular expression matches); and the digest of the wordings,
+    by which capdiag.scanner tells a build of other wordings."""
+    out = ["/* Generated from capdiag/traffic_shapes.py by setup.py: not edited by hand. */",
+           f'#define WORDINGS_DIGEST "{digest()}"']
+    for w in WORDINGS:
+        out.append(_c_wording(w.checked()))
+    return "\n".join(out) + "\n"
+
+
+def digest() -> str:
+    """What the wordings mean: their names, regular expressions, fields and anchors' keys."""
+    meaning = repr([(w.name, w.regex(), w.fields, _key(w.anchor)) for w in WORDINGS])
+    return hashlib.sha256(meaning.encode()).hexdigest()[:16]
+
+
+def _c_string(text: bytes) -> str:
+    plain = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 #%&()*+,-./:;<=>[]^_{|}~")
+    return '"' + "".join(chr(c) if c in plain else "\\%03o" % c for c in text) + '"'
+
+
+def _c_class(chars: frozenset, c: str) -> str:
+    runs, values = [], sorted(chars)
+    for v in values:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return "(" + " || ".join(f"{c} == {lo}" if lo == hi else f"({c} >= {lo} && {c} <= {hi})" for lo, hi in runs) + ")"
+
+
+def _c_wording(w: Wording) -> str:
+    ident = re.sub(r"\W+", "_", w.name).upper()
+    fields = w.fields
+    if len(fields) > MAX_FIELDS:
+        raise ValueError(f"{w.name}: more than {MAX_FIELDS} fields")
+    slots = {name: f"{ident}_{name.upper()}" for name in fields}
+    body: list[str] = []
+    _c_pieces(w.pieces, "i", "return NO;", slots, body, iter(range(1, 1000)))
+    enum = ", ".join(f"{slots[name]} = {at}" for at, name in enumerate(fields))
+    name = ident.lower()
+    return "\n".join([
+        f"enum {{ {enum}, {ident}_FIELDS = {len(fields)} }};",
+        f"static int match_{name}(const char *s, Py_ssize_t i, Py_ssize_t end, Span *f, Py_ssize_t *out) {{",
+        *("    " + line for line in body),
+        "    *out = i;",
+        "    return YES;",
+        "}",
+        f"static const Wording {ident} = {{{_c_string(w.anchor)}, {len(w.anchor)}, {_key(w.anchor)}, {ident}_FIELDS, "
+        f"match_{name}}};",
+    ])
+
+
+def _c_pieces(pieces, i: str, fail: str, slots: dict, out: list, labels) -> None:
+    """C statements matching `pieces` at `i` (advanced past them), `fail` where one does not match."""
+    for p in pieces:
+        if isinstance(p, Lit):
+            n = len(p.text)
+            out.append(f"if (end - {i} < {n} || !same(s + {i}, {_c_string(p.text)}, {n})) {fail}")
+            out.append(f"{i} += {n};")
+        elif isinstance(p, Either):
+            tests = [f"if (end - {i} >= {len(t)} && same(s + {i}, {_c_string(t)}, {len(t)})) {i} += {len(t)};"
+                     for t in p.texts]
+            out.append(" else ".join(tests) + f" else {fail}")
+        elif isinstance(p, Opt):
+            k = next(labels)
+            inner: list[str] = []
+            _c_pieces(p.pieces, f"i{k}", f"goto skip{k};", slots, inner, labels)
+            undo = [f"f[{slots[name]}].at = NULL;" for name in _fields(p.pieces)]
+            out += ["{", f"    Py_ssize_t i{k} = {i};", *("    " + line for line in inner), f"    {i} = i{k};",
+                    f"    goto done{k};", f"skip{k}:;", *("    " + line for line in undo), f"done{k}:;", "}"]
+        elif isinstance(p, Run):
+            k = next(labels)
+            bound = f" && r{k} - {i} < {p.count}" if p.count else ""
+            out += ["{", f"    Py_ssize_t r{k} = {i};",
+                    f"    while (r{k} < end{bound} && {_c_class(p.chars, f'(unsigned char)s[r{k}]')}) r{k}++;",
+                    f"    if (r{k} == {i}{f' || r{k} - {i} != {p.count}' if p.count else ''}) {fail}",
+                    f"    {i} = r{k};", "}"]
+        elif isinstance(p, (Int, Num)):
+            # the value is taken as the digits are: a figure is at most 15 digits, so it fits
+            k, slot = next(labels), f"f[{slots[p.name]}]"
+            digit = _c_class(DIGITS, "(unsigned char)s[{0}]")
+            out += ["{", f"    Py_ssize_t d{k} = {i};", f"    int64_t v{k} = 0, w{k} = 0;",
+                    f"    while (d{k} < end && {digit.format(f'd{k}')}) {{",
+                    f"        if (d{k} - {i} == {FIGURE_DIGITS}) return REFUSED;",
+                    f"        v{k} = v{k} * 10 + (s[d{k}] - '0');", f"        d{k}++;", "    }",
+                    f"    if (d{k} == {i}) {fail}"]
+            if isinstance(p, Num):
+                out += [f"    if (d{k} + 1 < end && s[d{k}] == '.' && {digit.format(f'd{k} + 1')}) {{",
+                        f"        Py_ssize_t e{k} = d{k} + 1;", f"        int64_t scale{k} = {10 ** (FIGURE_DIGITS - 1)};",
+                        f"        while (e{k} < end && {digit.format(f'e{k}')}) {{",
+                        f"            if (e{k} - d{k} - 1 == {FIGURE_DIGITS}) return REFUSED;",
+                        f"            w{k} += (s[e{k}] - '0') * scale{k};", f"            scale{k} /= 10;",
+                        f"            e{k}++;", "        }", f"        d{k} = e{k};", "    }"]
+            out += [f"    {slot}.at = s + {i};", f"    {slot}.len = d{k} - {i};", f"    {slot}.whole = v{k};",
+                    f"    {slot}.fraction = w{k};", f"    {i} = d{k};", "}"]
+        elif isinstance(p, Flag):
+            n = len(p.text)
+            out.append(f"if (end - {i} >= {n} && same(s + {i}, {_c_string(p.text)}, {n})) {{ "
+                       f"f[{slots[p.name]}].at = s + {i}; f[{slots[p.name]}].len = {n}; {i} += {n}; }}")
+
+
 # ---- the wordings (their history: capdiag/traffic.py, where the patterns are used)
 _OPT_ITER = opt(Lit(b" ["), digits(), Lit(b"]"))  # SGLANG_LOG_FORWARD_ITERS' iteration counter
 _FULL = opt(Lit(b"full "))
@@ -254,3 +371,4 @@ VLLM_METRICS = wording(
         Lit(b" completed waiting")),
     opt(Lit(b", Preemptions: "), Int("preempted")),
     opt(Lit(b", "), Run(UPPER, 3), Lit(b" KV cache usage: "), Num("usage"), Lit(b"%")))
+WORDINGS = (SGLANG_DECODE, SGLANG_DECODE_TAIL, SGLANG_PREFILL, VLLM_METRICS)

@@ -200,14 +200,25 @@ def test_every_wording_compiles_to_the_pattern_the_python_path_uses():
                              (traffic._S_PREFILL, shapes.SGLANG_PREFILL), (traffic._VLLM, shapes.VLLM_METRICS)):
         assert pattern.pattern == wording.regex()
         assert re.compile(wording.regex()).groups == len(wording.fields)
-        assert wording.program()[0] == shapes.OP_LIT
+    source = shapes.c_source()
+    for wording in shapes.WORDINGS:
+        ident = re.sub(r"\W+", "_", wording.name).upper()
+        assert f"static int match_{ident.lower()}(" in source
+        assert all(f"{ident}_{field.upper()} = {at}" in source for at, field in enumerate(wording.fields))
 
 
 @needs_scanner
-def test_the_scanner_reads_the_fields_the_wordings_declare():
-    read = scanner.loaded()[0].fields()
-    for wording in scanner.SGLANG + scanner.VLLM:
-        assert tuple(read[wording.name]) == wording.fields
+def test_the_scanner_was_built_from_the_wordings_declared_now(monkeypatch):
+    assert scanner.loaded()[0].digest() == shapes.digest()
+    monkeypatch.setattr(shapes, "digest", lambda: "another")
+    scanner.loaded.cache_clear()
+    try:
+        native, why = scanner.loaded()
+        assert native is None and "reinstall capdiag" in why
+    finally:
+        monkeypatch.undo()
+        scanner.loaded.cache_clear()
+    assert scanner.loaded()[0] is not None
 
 
 @pytest.mark.parametrize("pieces, why", [
@@ -220,12 +231,12 @@ def test_the_scanner_reads_the_fields_the_wordings_declare():
 ])
 def test_a_wording_greedy_matching_could_misread_is_refused(pieces, why):
     with pytest.raises(ValueError, match=why):
-        shapes.wording("bad", *pieces).program()
+        shapes.wording("bad", *pieces).checked()
 
 
 def test_optional_runs_at_the_end_may_begin_alike():
     """The vLLM metrics line's tail: `, Deferred…`, `, Preemptions…`, `, GPU KV cache usage…`."""
-    assert shapes.VLLM_METRICS.program()
+    assert shapes.VLLM_METRICS.checked()
 
 
 def test_without_the_scanner_the_python_path_is_named(monkeypatch):
