@@ -20,8 +20,9 @@ enum { FIGURE_DIGITS = 15, MAX_FIELDS = 8 };
  * (a figure of more digits than a figure has: the regular expression would take part of it) */
 enum { NO = 0, YES = 1, REFUSED = -1 };
 
-/* a figure as matched: where, how long, and its value (a decimal's fraction as 15 digits) */
-typedef struct { const char *at; Py_ssize_t len; int64_t whole, fraction; } Span;
+/* a figure as matched: where, how long, its value (a decimal's fraction as 15 digits) and how
+ * many digits its whole part has: with the length, these say what was printed, exactly */
+typedef struct { const char *at; Py_ssize_t len, digits; int64_t whole, fraction; } Span;
 /* a wording: its first literal, which byte of it is looked for first, its fields, its matcher */
 typedef struct {
     const char *anchor;
@@ -96,19 +97,20 @@ static PyObject *float_of(Span f) {
 enum { USAGE_BYTES = 2 * FIGURE_DIGITS + 1, RUNNING_BYTES = FIGURE_DIGITS };
 typedef struct {
     char usage[USAGE_BYTES], running[RUNNING_BYTES];
-    unsigned char usage_len, running_len, queued;
+    unsigned char usage_len, usage_digits, running_len, queued;
+    int64_t usage_whole, usage_fraction, running_whole;
     Py_ssize_t n;
     uint64_t hash;
 } Entry;
 /* the entries in the order first seen, and an open-addressing index of them (entry + 1; 0: free) */
 typedef struct { Entry *entries; uint32_t *index; Py_ssize_t size, used, room; } Table;
 
-static uint64_t hash_of(const char *u, Py_ssize_t ul, int q, const char *r, Py_ssize_t rl) {
-    uint64_t h = 1469598103934665603ULL ^ (uint64_t)q;
-    for (Py_ssize_t k = 0; k < ul; k++) h = (h ^ (unsigned char)u[k]) * 1099511628211ULL;
-    h = (h ^ 0xff) * 1099511628211ULL;
-    for (Py_ssize_t k = 0; k < rl; k++) h = (h ^ (unsigned char)r[k]) * 1099511628211ULL;
-    return h;
+/* the key's hash, from its figures' values and shapes (which say what was printed) */
+static uint64_t hash_of(Span u, int q, Span r) {
+    uint64_t h = (uint64_t)u.whole * 0x9E3779B97F4A7C15ULL;
+    h ^= ((uint64_t)u.fraction + ((uint64_t)u.len << 56) + ((uint64_t)u.digits << 48)) * 0xC2B2AE3D27D4EB4FULL;
+    h ^= ((uint64_t)r.whole + ((uint64_t)r.len << 56) + ((uint64_t)q << 55)) * 0x165667B19E3779F9ULL;
+    return h ^ (h >> 29);
 }
 
 static int bytes_equal(const char *a, const char *b, Py_ssize_t n) {
@@ -148,18 +150,21 @@ static void table_free(Table *t) {
 }
 
 /* add n lines of the key (usage u, queued q, running r), *entry its index; 0: out of memory */
-static int table_add(Table *t, const char *u, Py_ssize_t ul, int q, const char *r, Py_ssize_t rl, Py_ssize_t n,
-                     uint64_t h, uint32_t *entry) {
+static int table_add(Table *t, Span u, int q, Span r, Py_ssize_t n, uint64_t h, uint32_t *entry) {
     if (t->used + 1 > t->room && !table_grow(t)) return 0;
     Py_ssize_t at = (Py_ssize_t)(h & (uint64_t)(t->size - 1));
     for (;;) {
         uint32_t k = t->index[at];
         if (!k) {
             Entry *e = &t->entries[t->used];
-            memcpy(e->usage, u, (size_t)ul);
-            memcpy(e->running, r, (size_t)rl);
-            e->usage_len = (unsigned char)ul;
-            e->running_len = (unsigned char)rl;
+            memcpy(e->usage, u.at, (size_t)u.len);
+            memcpy(e->running, r.at, (size_t)r.len);
+            e->usage_len = (unsigned char)u.len;
+            e->usage_digits = (unsigned char)u.digits;
+            e->usage_whole = u.whole;
+            e->usage_fraction = u.fraction;
+            e->running_len = (unsigned char)r.len;
+            e->running_whole = r.whole;
             e->queued = (unsigned char)q;
             e->hash = h;
             e->n = n;
@@ -168,14 +173,20 @@ static int table_add(Table *t, const char *u, Py_ssize_t ul, int q, const char *
             return 1;
         }
         Entry *e = &t->entries[k - 1];
-        if (e->hash == h && e->queued == q && e->usage_len == ul && e->running_len == rl && bytes_equal(e->usage, u, ul) &&
-            bytes_equal(e->running, r, rl)) {
+        if (e->hash == h && e->usage_whole == u.whole && e->usage_fraction == u.fraction && e->running_whole == r.whole &&
+            e->queued == q && e->usage_len == u.len && e->usage_digits == u.digits && e->running_len == r.len) {
             e->n += n;
             *entry = k - 1;
             return 1;
         }
         at = (at + 1) & (t->size - 1);
     }
+}
+
+/* an entry's key as a line gives it */
+static void key_of(const Entry *e, Span *u, Span *r) {
+    *u = (Span){e->usage, e->usage_len, e->usage_digits, e->usage_whole, e->usage_fraction};
+    *r = (Span){e->running, e->running_len, e->running_len, e->running_whole, 0};
 }
 
 /* the Histogram type: one rank's counts across blocks; items() gives them to Python. The
@@ -228,9 +239,28 @@ static PyObject *histogram_items(Histogram *self, PyObject *unused) {
     return d;
 }
 
+static PyTypeObject HistogramType;
+
+static PyObject *histogram_merge(Histogram *self, PyObject *other) {
+    if (!PyObject_TypeCheck(other, &HistogramType)) {
+        PyErr_SetString(PyExc_TypeError, "merge: a Histogram");
+        return NULL;
+    }
+    const Table *from = &((Histogram *)other)->table;
+    for (Py_ssize_t k = 0; k < from->used; k++) {
+        const Entry *e = &from->entries[k];
+        uint32_t entry;
+        Span u, r;
+        key_of(e, &u, &r);
+        if (e->n && !table_add(&self->table, u, e->queued, r, e->n, e->hash, &entry)) return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef histogram_methods[] = {
     {"items", (PyCFunction)histogram_items, METH_NOARGS,
      "{(usage as printed, queued, running as printed): lines}"},
+    {"merge", (PyCFunction)histogram_merge, METH_O, "Add another Histogram's counts (a block read ahead) to these."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -277,8 +307,7 @@ static int line_add(Stretch *st, Span usage, Span queue, Span running) {
     }
     st->lines++;
     uint32_t entry;
-    return table_add(&st->hist->table, usage.at, usage.len, queued, running.at, running.len, 1,
-                     hash_of(usage.at, usage.len, queued, running.at, running.len), &entry) &&
+    return table_add(&st->hist->table, usage, queued, running, 1, hash_of(usage, queued, running), &entry) &&
            journal(st->hist, entry);
 }
 
@@ -328,10 +357,15 @@ static int sglang_stretch(const char *s, Py_ssize_t start, Py_ssize_t stop, Stre
     return t < 0;  /* else a tail after the last decode line */
 }
 
-static int vllm_stretch(const char *s, Py_ssize_t start, Py_ssize_t stop, Stretch *st) {
-    static const Span none = {"", 0};
-    const Wording *metrics = &VLLM_METRICS;
+/* `engine`: the tag of the first `Engine N: Avg prompt` in the block (len 0 where none). Every
+ * such phrase in the stretch must be that tag's and open a metrics line, and every metrics line
+ * must have one (or, untagged, none may): else the lines of several engines are mixed, and
+ * the Python path reads them line by line. */
+static int vllm_stretch(const char *s, Py_ssize_t start, Py_ssize_t stop, Span engine, Stretch *st) {
+    static const Span none = {"", 0, 0, 0, 0};
+    const Wording *metrics = &VLLM_METRICS, *tag = &VLLM_ENGINE;
     Span f[MAX_FIELDS];
+    Py_ssize_t lines = 0, tagged = 0, end;
     for (Py_ssize_t at = find(s, start, stop, metrics); at >= 0; at = find(s, at, stop, metrics)) {
         const char *nl = memchr(s + at, '\n', (size_t)(stop - at));
         clear(f, metrics->fields);
@@ -343,8 +377,21 @@ static int vllm_stretch(const char *s, Py_ssize_t start, Py_ssize_t stop, Stretc
         }
         Span usage = f[VLLM_METRICS_USAGE].at ? f[VLLM_METRICS_USAGE] : none;
         if (!line_add(st, usage, f[VLLM_METRICS_WAITING], f[VLLM_METRICS_RUNNING])) return -1;
+        lines++;
     }
-    return 1;
+    for (Py_ssize_t at = find(s, start, stop, tag); at >= 0; at = find(s, at + 1, stop, tag)) {
+        Span g[MAX_FIELDS];
+        clear(g, tag->fields);
+        if (tag->match(s, at, stop, g, &end) != YES) continue;  /* no `Engine N: Avg prompt` here */
+        Span n = g[VLLM_ENGINE_ENGINE];
+        if (n.len != engine.len || !bytes_equal(n.at, engine.at, n.len)) return 0;
+        /* the phrase's `Avg prompt` must be a metrics line's */
+        Py_ssize_t avg = end - (Py_ssize_t)(sizeof "Avg prompt" - 1);
+        if (stop - avg < metrics->anchor_len || !bytes_equal(s + avg, metrics->anchor, metrics->anchor_len)) return 0;
+        tagged++;
+        at = end - 1;
+    }
+    return tagged == (engine.len ? lines : 0);
 }
 
 /* ---- the module's functions */
@@ -377,7 +424,7 @@ static PyObject *stretch_result(Stretch *st, int vllm) {
     return out;
 }
 
-/* scan(vllm, block, cuts, histogram): one result a stretch (None where it has no traffic
+/* scan(vllm, block, cuts, histogram[, engine]): one result a stretch (None where it has no traffic
  * line), the block's lines counted into the rank's `histogram`; or None, and `histogram` as it
  * was, when the Python path must read the block. The stretches are read without the GIL (the reader's workers
  * search the next blocks meanwhile); the results are made with it. */
@@ -388,7 +435,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *cuts, *out = NULL, *seq = NULL;
     Histogram *into;
     Stretch *st = NULL;
-    if (!PyArg_ParseTuple(args, "py*OO!", &vllm, &block, &cuts, &HistogramType, &into)) return NULL;
+    Py_buffer engine = {0};
+    if (!PyArg_ParseTuple(args, "py*OO!|y*", &vllm, &block, &cuts, &HistogramType, &into, &engine)) return NULL;
+    Span tag = {engine.buf ? engine.buf : "", engine.buf ? engine.len : 0, 0, 0, 0};
     seq = PySequence_Fast(cuts, "scan: cuts are a sequence of (start, stop)");
     if (!seq) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -411,7 +460,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     into->journaled = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < n && !refused && !failed; k++) {
-        int r = vllm ? vllm_stretch(block.buf, st[k].start, st[k].stop, &st[k])
+        int r = vllm ? vllm_stretch(block.buf, st[k].start, st[k].stop, tag, &st[k])
                      : sglang_stretch(block.buf, st[k].start, st[k].stop, &st[k]);
         refused = r == 0;
         failed = r < 0;
@@ -437,6 +486,52 @@ done:
     PyMem_RawFree(st);
     Py_XDECREF(seq);
     PyBuffer_Release(&block);
+    if (engine.obj) PyBuffer_Release(&engine);
+    return out;
+}
+
+/* contains(block, needle, key): whether needle is in block, found by memchr of needle[key] */
+static PyObject *contains(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer block, needle;
+    Py_ssize_t key, found = -1;
+    if (!PyArg_ParseTuple(args, "y*y*n", &block, &needle, &key)) return NULL;
+    if (needle.len && key >= 0 && key < needle.len) {
+        Wording w = {needle.buf, needle.len, key, 0, NULL};
+        Py_BEGIN_ALLOW_THREADS
+        found = find(block.buf, 0, block.len, &w);
+        Py_END_ALLOW_THREADS
+    } else if (!needle.len) {
+        found = 0;
+    } else {
+        PyErr_SetString(PyExc_ValueError, "contains: the key is a place in the needle");
+    }
+    PyBuffer_Release(&block);
+    PyBuffer_Release(&needle);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(found >= 0);
+}
+
+/* first_engine(block): the tag of the block's first `Engine N: Avg prompt`, or None */
+static PyObject *first_engine(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer block;
+    Span g[MAX_FIELDS];
+    Py_ssize_t end, found = -1;
+    if (PyObject_GetBuffer(arg, &block, PyBUF_SIMPLE) < 0) return NULL;
+    const char *s = block.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t at = find(s, 0, block.len, &VLLM_ENGINE); at >= 0; at = find(s, at + 1, block.len, &VLLM_ENGINE)) {
+        clear(g, VLLM_ENGINE.fields);
+        if (VLLM_ENGINE.match(s, at, block.len, g, &end) == YES) {
+            found = at;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *out = found < 0 ? Py_NewRef(Py_None)
+                              : PyBytes_FromStringAndSize(g[VLLM_ENGINE_ENGINE].at, g[VLLM_ENGINE_ENGINE].len);
+    PyBuffer_Release(&block);
     return out;
 }
 
@@ -450,6 +545,8 @@ static PyObject *digest(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Sum the traffic lines of each stretch of a block, or None: see capdiag/scanner.py."},
+    {"first_engine", first_engine, METH_O, "The tag of a block's first `Engine N: Avg prompt`, or None."},
+    {"contains", contains, METH_VARARGS, "Whether a needle is in a block: memchr of its rarest byte, then the needle."},
     {"digest", digest, METH_NOARGS, "The digest of the wordings this build was generated from."},
     {NULL, NULL, 0, NULL},
 };

@@ -26,6 +26,7 @@ from collections import Counter
 from typing import Optional
 
 from capdiag import facts as F
+from capdiag import scanner
 from capdiag.source import line_text
 
 RECEIVED = b"Received request "
@@ -125,9 +126,11 @@ class RequestLog:
         self.segments[-1].close()
         self.segments.append(RequestSums())
 
-    def feed(self, first: int, block: bytes) -> None:
+    def feed(self, first: int, block: bytes, has=None) -> None:
+        """`has(needle)`: whether the block holds it (capdiag.traffic's, which may know already)."""
+        has = has or (lambda needle: scanner.contains(block, needle))
         sums = self.segments[-1]
-        received = RECEIVED in block
+        received = has(RECEIVED)
         if not self.details:
             if not received:
                 self.before = (first, block)
@@ -136,7 +139,7 @@ class RequestLog:
             if DETAILS in before:
                 self._lines(line, before, sums, DETAILS, self._details)
         # a details line comes before its request's Received line: read first, cited first
-        if DETAILS in block:
+        if has(DETAILS):
             self._lines(first, block, sums, DETAILS, self._details)
         if received:
             self._lines(first, block, sums, RECEIVED, self._received)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import Optional
+from typing import Callable, Optional
 
 from capdiag import facts as F
 from capdiag import scanner
 from capdiag import traffic_shapes as shapes
 from capdiag.lazyre import LazyPattern
-from capdiag.request_log import RequestLog
+from capdiag.frozen import frozen
+from capdiag.request_log import DETAILS, RECEIVED, RequestLog
 from capdiag.source import line_text
 
 SERIES_POINTS = 240  # points kept of the usage/running/queue series (pairs merge beyond)
@@ -70,7 +71,7 @@ _S_HEAD = LazyPattern(_SGL_HEAD)
 # ` DP1 TP0`, ` PP1 TP0`… otherwise), and only attention-TP rank 0 prints traffic: lines without
 # these tags all come from one scheduler.
 _MULTI_RANK = (b"DP", b"PP", b"ATTN_CP", b"MOE_DP")
-_V_ENGINES = LazyPattern(rb"Engine " + _INT + rb": Avg prompt")
+_V_ENGINES = LazyPattern(shapes.VLLM_ENGINE.regex())
 _VLLM_TIME = LazyPattern(rb"(?:(\d{4}-)?(\d\d-\d\d) )?(\d\d:\d\d:\d\d)")
 # V0 warns every 50th preemption, with the running total
 _PREEMPT = LazyPattern(rb"is preempted by PreemptionMode\.\w+ mode[^\n]*?total_num_cumulative_preemption=" + _INT)
@@ -103,6 +104,22 @@ def _ranges(block: bytes, parts: int) -> list[tuple[int, int]]:
     return list(zip(cuts, cuts[1:]))
 
 
+# what feed() looks for in a whole block before it reads any line of it
+_NEEDLES = (b" batch", b"#retracted_reqs: ", b"Avg prompt throughput: ", b"total_num_cumulative_preemption=",
+            RECEIVED, DETAILS)
+
+
+@frozen
+class Ahead:
+    """TrafficAggregator.prepare()'s reading of a block: whether it holds an ANSI escape (the
+    source then feeds it cleaned, and this reading is not used), which of _NEEDLES it holds,
+    and the compiled scanner's reading per framework, {vllm: (engine, scan()'s result, the
+    histogram it counted into)}."""
+    escaped: bool
+    present: frozenset
+    readings: dict
+
+
 class _Rank:
     """One rank's sums within one start-up."""
 
@@ -133,18 +150,19 @@ class _Rank:
         self.samples.update(zip(usages, map(_NOT_QUEUED, queues), runnings))
         known = [u for u in set(usages) if u]
         self.add_counted(first, block, len(usages), max(map(float, known)) if known else None,
-                         max(map(int, set(runnings))), max(map(int, set(queues))), when)
+                         max(map(int, set(runnings))), max(map(int, set(queues))), lambda: when[0], when[1])
 
     def add_counted(self, first: int, block: bytes, lines: int, top_usage: Optional[float], top_running: int,
-                    top_queue: int, when: tuple[str, str]) -> None:
+                    top_queue: int, first_time: Callable[[], str], last_time: str) -> None:
         """A run of `lines` of this rank's lines, already counted into the samples: the fullest
-        usage as printed (None where none was), the most running and queued requests. The run
-        becomes one point of the series."""
+        usage as printed (None where none was), the most running and queued requests; the time
+        of its last line, and how to find its first's (only the rank's first run needs it). The
+        run becomes one point of the series."""
         self.lines += lines
         if not self.first_time:
-            self.first_time = when[0]
+            self.first_time = first_time()
             self.cite_edge("first", first, block)
-        self.last_time = when[1]
+        self.last_time = last_time
         self.last_block = (first, block)
         scale = 100.0 if self.framework == "vllm" else 1.0
         top_usage = -1.0 if top_usage is None else top_usage / scale
@@ -159,7 +177,7 @@ class _Rank:
         if top_queue > self.peak_queue:
             self.peak_queue = top_queue
             self._mark("peak_queue", first, block, self._queue_needles(top_queue), top_queue)
-        point = [when[1], top_usage, top_running, top_queue]
+        point = [last_time, top_usage, top_running, top_queue]
         if self.series and self.series[-1][0] == point[0]:
             self.series[-1] = _merged(self.series[-1], point)
         else:
@@ -251,6 +269,7 @@ class TrafficAggregator:
         self.starts: list[int] = [0]  # the line each segment's start-up record is on
         self.framework: Optional[str] = None  # once one's traffic is seen, the other's is not looked for
         self.requests = RequestLog()  # vLLM's request-logging lines, one sum per segment
+        self.ahead: Optional[Ahead] = None  # prepare()'s reading of the block being fed
 
     def restart(self, line: int) -> None:
         """A start-up record begins at `line`: later traffic belongs to that start-up. The
@@ -271,19 +290,37 @@ class TrafficAggregator:
             del self.segments[:keep], self.starts[:keep]
             self.requests.forget(keep)
 
-    def feed(self, first: int, block: bytes) -> None:
+    def prepare(self, block: bytes) -> Optional["Ahead"]:
+        """The compiled scanner's reading of a whole block, done ahead on the reader's workers
+        (capdiag.source.scanned_runs): a function of the block's bytes alone, so feed() uses
+        it where it is handed the same block, and the block's bytes need not pass through the
+        reading thread's cache again."""
+        if not scanner.built():
+            return None
+        seen, cuts, readings = self.framework, _ranges(block, SERIES_PER_BLOCK), {}
+        for vllm, framework in ((False, "sglang"), (True, "vllm")):
+            if seen in (None, framework):
+                engine, counts = scanner.first_engine(block) if vllm else b"", scanner.histogram()
+                readings[vllm] = (engine, scanner.scan(vllm, block, cuts, counts, engine), counts)
+        return Ahead(b"\x1b" in block, frozenset(n for n in _NEEDLES if scanner.contains(block, n)), readings)
+
+    def feed(self, first: int, block: bytes, ahead: Optional["Ahead"] = None) -> None:
+        """Sum the traffic lines of `block`, whose first line is number `first`; `ahead`:
+        prepare()'s reading of this very block."""
+        self.ahead = ahead
+        has = ahead.present.__contains__ if ahead is not None else lambda needle: scanner.contains(block, needle)
         seen = self.framework
         if seen != "vllm":
-            if b" batch" in block:
+            if has(b" batch"):
                 self._sglang(first, block)
-            if b"#retracted_reqs: " in block:
+            if has(b"#retracted_reqs: "):
                 self._retractions(first, block)
         if seen != "sglang":
-            if b"Avg prompt throughput: " in block:
+            if has(b"Avg prompt throughput: "):
                 self._vllm(first, block)
-            if b"total_num_cumulative_preemption=" in block:
+            if has(b"total_num_cumulative_preemption="):
                 self._preemptions(first, block)
-            self.requests.feed(first, block)
+            self.requests.feed(first, block, has)
 
     def _rank(self, framework: str, tags: bytes) -> _Rank:
         return self._keep(self._candidate(framework, tags))
@@ -317,7 +354,7 @@ class TrafficAggregator:
         (zip(*rows)), so no Python runs per line."""
         cuts = _ranges(block, SERIES_PER_BLOCK)
         rank = self._candidate("sglang", tags)
-        counted = scanner.scan(False, block, cuts, rank.histogram())
+        counted = self._counted(False, block, cuts, rank, b"")
         if counted is not None:
             self._sglang_counted(first, block, rank, cuts, counted)
             return True
@@ -364,7 +401,8 @@ class TrafficAggregator:
             lines, top_queue, top_running, top_usage, low, high, tokens, running, prompt, seqs, most_new, _ = got
             self._keep(rank)
             rank.add_counted(first, block, lines, top_usage, top_running, top_queue,
-                             (_sgl_when(block, start, stop, True), _sgl_when(block, start, stop, False)))
+                             lambda start=start, stop=stop: _sgl_when(block, start, stop, True),
+                             _sgl_when(block, start, stop, False))
             if low is not None:
                 rank.throughput_range(low, high)
             rank.context[0] += tokens
@@ -407,6 +445,10 @@ class TrafficAggregator:
 
     # ---- vLLM
     def _vllm(self, first: int, block: bytes) -> None:
+        if scanner.built():
+            ahead = self.ahead.readings.get(True) if self.ahead is not None else None
+            if self._vllm_counted(first, block, ahead[0] if ahead else scanner.first_engine(block)):
+                return
         lines = block.count(b"Avg prompt throughput: ")
         engines = _V_ENGINES.findall(block)
         if len(set(engines)) > 1 or (engines and len(engines) != lines) or not self._vllm_fast(
@@ -417,19 +459,6 @@ class TrafficAggregator:
         """One engine's metrics lines, a stretch of the block at a time, by one pass of the whole
         pattern; False unless every metrics line gave it."""
         cuts = _ranges(block, SERIES_PER_BLOCK)
-        rank = self._candidate("vllm", engine)
-        counted = scanner.scan(True, block, cuts, rank.histogram())
-        if counted is not None:
-            self._keep(rank)
-            for (start, stop), got in zip(cuts, counted):
-                if got is not None:
-                    lines, top_queue, top_running, top_usage, low, high, preempted, preemptions = got
-                    rank.add_counted(first, block, lines, top_usage, top_running, top_queue,
-                                     (_vllm_when(block, start, stop, True), _vllm_when(block, start, stop, False)))
-                    rank.throughput_range(low, high)
-                    if preempted:
-                        self._interval_preemptions(rank, first, block, start, stop, preemptions)
-            return True
         runs = []
         for start, stop in cuts:
             rows = _VLLM.findall(block, start, stop)  # (prompt, generation, running, waiting, preempted, usage)
@@ -445,6 +474,35 @@ class TrafficAggregator:
             if any(preempted):
                 self._interval_preemptions(rank, first, block, start, stop, sum(int(c) for c in preempted if c))
         return True
+
+    def _vllm_counted(self, first: int, block: bytes, engine: bytes) -> bool:
+        """The compiled scanner's sums of each stretch (capdiag.scanner.scan), added as the fast
+        reading below adds its columns; False where it hands the block back."""
+        cuts = _ranges(block, SERIES_PER_BLOCK)
+        rank = self._candidate("vllm", engine)
+        counted = self._counted(True, block, cuts, rank, engine)
+        if counted is None:
+            return False
+        self._keep(rank)
+        for (start, stop), got in zip(cuts, counted):
+            if got is not None:
+                lines, top_queue, top_running, top_usage, low, high, preempted, preemptions = got
+                rank.add_counted(first, block, lines, top_usage, top_running, top_queue,
+                                 lambda start=start, stop=stop: _vllm_when(block, start, stop, True),
+                                 _vllm_when(block, start, stop, False))
+                rank.throughput_range(low, high)
+                if preempted:
+                    self._interval_preemptions(rank, first, block, start, stop, preemptions)
+        return True
+
+    def _counted(self, vllm: bool, block: bytes, cuts: list, rank: _Rank, engine: bytes) -> Optional[list]:
+        """capdiag.scanner.scan() of the block into the rank's histogram: read ahead where it was."""
+        ahead = self.ahead.readings.get(vllm) if self.ahead is not None else None
+        if ahead is None or ahead[0] != engine:
+            return scanner.scan(vllm, block, cuts, rank.histogram(), engine)
+        if ahead[1] is not None:
+            rank.histogram().merge(ahead[2])
+        return ahead[1]
 
     def _interval_preemptions(self, rank, first: int, block: bytes, start: int, stop: int, count: int) -> None:
         """vLLM V1's `Preemptions: N` — those since the line before — summed; cited at the last."""

@@ -175,7 +175,7 @@ def _example(pieces) -> bytes:
     return out
 
 
-def _key(anchor: bytes) -> int:
+def key(anchor: bytes) -> int:
     """Where in `anchor` the byte is that the scanner looks for first (memchr, then the whole
     literal): the one rarest in lines of every wording behind a rank-tagged head, so that few
     false starts are checked. Only speed depends on the choice."""
@@ -244,7 +244,7 @@ MAX_FIELDS = 8  # capdiag/_scan.c's Span arrays
 
 def c_source() -> str:
     """_scan_wordings.h: for each wording its first literal, the byte of it looked for first
-    (`_key`), its fields' indices and a function that matches it at a place, greedily (which
+    (`key`), its fields' indices and a function that matches it at a place, greedily (which
     `_check` proves to be what the regular expression matches); and the digest of the wordings,
     by which capdiag.scanner tells a build of other wordings."""
     out = ["/* Generated from capdiag/traffic_shapes.py by setup.py: not edited by hand. */",
@@ -256,7 +256,7 @@ def c_source() -> str:
 
 def digest() -> str:
     """What the wordings mean: their names, regular expressions, fields and anchors' keys."""
-    meaning = repr([(w.name, w.regex(), w.fields, _key(w.anchor)) for w in WORDINGS])
+    meaning = repr([(w.name, w.regex(), w.fields, key(w.anchor)) for w in WORDINGS])
     return hashlib.sha256(meaning.encode()).hexdigest()[:16]
 
 
@@ -292,7 +292,7 @@ def _c_wording(w: Wording) -> str:
         "    *out = i;",
         "    return YES;",
         "}",
-        f"static const Wording {ident} = {{{_c_string(w.anchor)}, {len(w.anchor)}, {_key(w.anchor)}, {ident}_FIELDS, "
+        f"static const Wording {ident} = {{{_c_string(w.anchor)}, {len(w.anchor)}, {key(w.anchor)}, {ident}_FIELDS, "
         f"match_{name}}};",
     ])
 
@@ -330,7 +330,7 @@ def _c_pieces(pieces, i: str, fail: str, slots: dict, out: list, labels) -> None
                     f"    while (d{k} < end && {digit.format(f'd{k}')}) {{",
                     f"        if (d{k} - {i} == {FIGURE_DIGITS}) return REFUSED;",
                     f"        v{k} = v{k} * 10 + (s[d{k}] - '0');", f"        d{k}++;", "    }",
-                    f"    if (d{k} == {i}) {fail}"]
+                    f"    if (d{k} == {i}) {fail}", f"    {slot}.digits = d{k} - {i};"]
             if isinstance(p, Num):
                 out += [f"    if (d{k} + 1 < end && s[d{k}] == '.' && {digit.format(f'd{k} + 1')}) {{",
                         f"        Py_ssize_t e{k} = d{k} + 1;", f"        int64_t scale{k} = {10 ** (FIGURE_DIGITS - 1)};",
@@ -371,4 +371,6 @@ VLLM_METRICS = wording(
         Lit(b" completed waiting")),
     opt(Lit(b", Preemptions: "), Int("preempted")),
     opt(Lit(b", "), Run(UPPER, 3), Lit(b" KV cache usage: "), Num("usage"), Lit(b"%")))
-WORDINGS = (SGLANG_DECODE, SGLANG_DECODE_TAIL, SGLANG_PREFILL, VLLM_METRICS)
+# the engine (a DP rank) that prints a V1 metrics line, right before it
+VLLM_ENGINE = wording("vllm engine", b"Engine ", Int("engine"), b": Avg prompt")
+WORDINGS = (SGLANG_DECODE, SGLANG_DECODE_TAIL, SGLANG_PREFILL, VLLM_METRICS, VLLM_ENGINE)
