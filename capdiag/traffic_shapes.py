@@ -20,52 +20,41 @@ environment that holds only setuptools.
 """
 from __future__ import annotations
 
-import hashlib
 import re
-from dataclasses import dataclass
-from typing import Union
-
-frozen = dataclass(frozen=True)
+from typing import NamedTuple, Union
 
 DIGITS = frozenset(b"0123456789")
 UPPER = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 FIGURE_DIGITS = 15  # at most this many a figure: int() refuses a 5000-digit run, and no server prints one
 
 
-@frozen
-class Lit:
+class Lit(NamedTuple):
     text: bytes
 
 
-@frozen
-class Either:
+class Either(NamedTuple):
     texts: tuple[bytes, ...]
 
 
-@frozen
-class Opt:
+class Opt(NamedTuple):
     pieces: tuple
 
 
-@frozen
-class Run:
+class Run(NamedTuple):
     """One or more characters of `chars` (`count` exactly, when given)."""
     chars: frozenset
     count: int = 0
 
 
-@frozen
-class Int:
+class Int(NamedTuple):
     name: str
 
 
-@frozen
-class Num:
+class Num(NamedTuple):
     name: str
 
 
-@frozen
-class Flag:
+class Flag(NamedTuple):
     name: str
     text: bytes
 
@@ -81,8 +70,7 @@ def digits() -> Run:
     return Run(DIGITS)
 
 
-@frozen
-class Wording:
+class Wording(NamedTuple):
     """A traffic line's wording: its pieces, from its first literal (where the scanner looks for it)."""
     name: str
     pieces: tuple
@@ -248,16 +236,16 @@ def c_source() -> str:
     `_check` proves to be what the regular expression matches); and the digest of the wordings,
     by which capdiag.scanner tells a build of other wordings."""
     out = ["/* Generated from capdiag/traffic_shapes.py by setup.py: not edited by hand. */",
-           f'#define WORDINGS_DIGEST "{digest()}"']
+           f"#define WORDINGS_DIGEST {_c_string(digest().encode())}"]
     for w in WORDINGS:
         out.append(_c_wording(w.checked()))
     return "\n".join(out) + "\n"
 
 
 def digest() -> str:
-    """What the wordings mean: their names, regular expressions, fields and anchors' keys."""
-    meaning = repr([(w.name, w.regex(), w.fields, key(w.anchor)) for w in WORDINGS])
-    return hashlib.sha256(meaning.encode()).hexdigest()[:16]
+    """What the wordings mean: their names, regular expressions, fields and anchors' keys (the
+    build holds the same text, which capdiag.scanner compares)."""
+    return repr([(w.name, w.regex(), w.fields, key(w.anchor)) for w in WORDINGS])
 
 
 def _c_string(text: bytes) -> str:
