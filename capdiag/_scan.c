@@ -9,7 +9,6 @@
  * bits, it returns None: the Python path then reads the block, so a report never depends on
  * which path read it (tests/test_scanner.py proves it on random logs).
  */
-#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -33,7 +32,12 @@ typedef struct {
 
 /* a == b over n bytes, for the literals the matchers compare: with n known where it is called,
  * this is a few loads and compares, not a call */
-static inline __attribute__((always_inline)) int same(const char *a, const char *b, Py_ssize_t n) {
+#if defined(_MSC_VER)
+#define ALWAYS_INLINE __forceinline
+#else
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#endif
+static ALWAYS_INLINE int same(const char *a, const char *b, Py_ssize_t n) {
     for (; n >= 8; a += 8, b += 8, n -= 8) {
         uint64_t x, y;
         memcpy(&x, a, 8);
@@ -75,7 +79,12 @@ static Py_ssize_t find(const char *s, Py_ssize_t from, Py_ssize_t to, const Word
 }
 
 /* ---- figures */
-static int add_int(int64_t *sum, Span f) { return !__builtin_add_overflow(*sum, f.whole, sum); }
+/* a figure added to a sum (figures are not negative); 0 where the sum would pass 64 bits */
+static int add_int(int64_t *sum, Span f) {
+    if (f.whole > INT64_MAX - *sum) return 0;
+    *sum += f.whole;
+    return 1;
+}
 
 /* Compare two decimals by their values, exactly: whole parts, then fractions (15 digits each). */
 static int decimal_cmp(Span a, Span b) {
@@ -183,12 +192,6 @@ static int table_add(Table *t, Span u, int q, Span r, Py_ssize_t n, uint64_t h, 
     }
 }
 
-/* an entry's key as a line gives it */
-static void key_of(const Entry *e, Span *u, Span *r) {
-    *u = (Span){e->usage, e->usage_len, e->usage_digits, e->usage_whole, e->usage_fraction};
-    *r = (Span){e->running, e->running_len, e->running_len, e->running_whole, 0};
-}
-
 /* the Histogram type: one rank's counts across blocks; items() gives them to Python. The
  * journal holds the entry each line of the block at hand was counted in, so that a block the
  * Python path must read after all is taken back out (an entry may be left at 0 lines). */
@@ -239,28 +242,9 @@ static PyObject *histogram_items(Histogram *self, PyObject *unused) {
     return d;
 }
 
-static PyTypeObject HistogramType;
-
-static PyObject *histogram_merge(Histogram *self, PyObject *other) {
-    if (!PyObject_TypeCheck(other, &HistogramType)) {
-        PyErr_SetString(PyExc_TypeError, "merge: a Histogram");
-        return NULL;
-    }
-    const Table *from = &((Histogram *)other)->table;
-    for (Py_ssize_t k = 0; k < from->used; k++) {
-        const Entry *e = &from->entries[k];
-        uint32_t entry;
-        Span u, r;
-        key_of(e, &u, &r);
-        if (e->n && !table_add(&self->table, u, e->queued, r, e->n, e->hash, &entry)) return PyErr_NoMemory();
-    }
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef histogram_methods[] = {
     {"items", (PyCFunction)histogram_items, METH_NOARGS,
      "{(usage as printed, queued, running as printed): lines}"},
-    {"merge", (PyCFunction)histogram_merge, METH_O, "Add another Histogram's counts (a block read ahead) to these."},
     {NULL, NULL, 0, NULL},
 };
 

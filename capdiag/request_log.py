@@ -126,11 +126,9 @@ class RequestLog:
         self.segments[-1].close()
         self.segments.append(RequestSums())
 
-    def feed(self, first: int, block: bytes, has=None) -> None:
-        """`has(needle)`: whether the block holds it (capdiag.traffic's, which may know already)."""
-        has = has or (lambda needle: scanner.contains(block, needle))
+    def feed(self, first: int, block: bytes) -> None:
         sums = self.segments[-1]
-        received = has(RECEIVED)
+        received = scanner.contains(block, RECEIVED)
         if not self.details:
             if not received:
                 self.before = (first, block)
@@ -139,7 +137,7 @@ class RequestLog:
             if DETAILS in before:
                 self._lines(line, before, sums, DETAILS, self._details)
         # a details line comes before its request's Received line: read first, cited first
-        if has(DETAILS):
+        if scanner.contains(block, DETAILS):
             self._lines(first, block, sums, DETAILS, self._details)
         if received:
             self._lines(first, block, sums, RECEIVED, self._received)

@@ -590,17 +590,16 @@ def physical_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
         yield first, block
 
 
-def scanned_runs(stream: IO[bytes], prepare=None) -> Iterator[tuple]:
+def scanned_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes, list[int]]]:
     """physical_runs() read a few blocks ahead, on worker threads, for a long regular file (see
     reads_ahead(); never a live stream): each block with the offsets of its lines that hold an
     anchor (what candidate_runs() would search it for), counted and searched while the blocks
-    before it are read, and with `prepare(block)` where given (the traffic sink's reading of it,
-    capdiag.traffic.TrafficAggregator.prepare, which says whether the block holds an ANSI escape). (Read in order, a block is searched only once
+    before it are read. (Read in order, a block is searched only once
     the one before it is let go: here one more block is held.)"""
-    return _numbered(stream, True, prepare)
+    return _numbered(stream, True)
 
 
-def _numbered(stream: IO[bytes], ahead: bool, prepare=None) -> Iterator[tuple]:
+def _numbered(stream: IO[bytes], ahead: bool) -> Iterator[tuple[int, bytes, list[int] | None]]:
     """The numbered blocks; `ahead`: read, counted and searched on the workers (else the blocks
     are only counted, in order, and candidate_runs searches each once it is let go)."""
     # split on "\n" only: a "\r" inside a line is a progress-bar rewrite that clean() splits,
@@ -611,15 +610,14 @@ def _numbered(stream: IO[bytes], ahead: bool, prepare=None) -> Iterator[tuple]:
         if size >= NUMPY_FROM:
             _numpy()
 
-    def measured(run: tuple[bytes, int]) -> tuple:
+    def measured(run: tuple[bytes, int]) -> tuple[int, list[int] | None]:
         block, read = run
-        count, starts = _newlines(block, max(read, size)), _hit_starts(block) if ahead and block else None
-        return count, starts, prepare(block) if prepare is not None and block else None
+        return _newlines(block, max(read, size)), _hit_starts(block) if ahead and block else None
 
-    for (block, _), (count, starts, prepared) in mapped(measured, _blocks(stream), ahead):
+    for (block, _), (count, starts) in mapped(measured, _blocks(stream), ahead):
         if block:
             _refuse_binary(block, number)
-        yield (number + 1, block, starts) if prepare is None else (number + 1, block, starts, prepared)
+        yield number + 1, block, starts
         number += count
 
 
@@ -849,7 +847,7 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
     each behind its process prefix, until the list closes.
 
     `runs` are physical_runs()' (line number, block) pairs, or scanned_runs()' triples, whose
-    blocks have been searched already (and quadruples, with the traffic sink's reading of each).
+    blocks have been searched already.
     """
     pending: Line | None = None
     record = command = False
@@ -865,7 +863,6 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
                 pending = None
             continue
         starts = run[2] if len(run) > 2 else _hit_starts(block)
-        prepared = run[3] if len(run) > 3 else None
         cursor, number, fed, fed_line = 0, first - 1, 0, first
         while cursor < len(block):
             if pending is None:  # nothing held: skip to the next line with a keyword
@@ -933,19 +930,17 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
                 else:  # held one line: it may continue on the next (soft or hard wrap)
                     pending, record, spans, command = line, False, 0, bool(_COMMAND.search(text))
         if traffic is not None:
-            _feed_traffic(traffic, fed_line, block, fed, len(block), prepared)
+            _feed_traffic(traffic, fed_line, block, fed, len(block))
     if pending is not None:
         yield pending
 
 
-def _feed_traffic(traffic, line: int, block: bytes, start: int, stop: int, prepared=None) -> None:
+def _feed_traffic(traffic, line: int, block: bytes, start: int, stop: int) -> None:
     """Hand block[start:stop], whose first line is number `line`, to the traffic sink without
-    ANSI codes, with the sink's reading of the block made ahead where the piece is the whole
-    block. (The number is carried, not counted from the block's start: a block holding many
-    start-up records would be counted over once per record.)"""
+    ANSI codes. (The number is carried, not counted from the block's start: a block holding
+    many start-up records would be counted over once per record.)"""
     if stop > start:
-        whole = (start, stop) == (0, len(block))
-        piece = block if whole else block[start:stop]
-        if (prepared.escaped if whole and prepared is not None else b"\x1b" in piece):
-            piece, whole = _ANSI_BYTES.sub(b"", piece), False
-        traffic.feed(line, piece, prepared if whole else None)
+        piece = block if (start, stop) == (0, len(block)) else block[start:stop]
+        if b"\x1b" in piece:
+            piece = _ANSI_BYTES.sub(b"", piece)
+        traffic.feed(line, piece)

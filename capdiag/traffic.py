@@ -12,6 +12,7 @@ and start-up, and the few TrafficMark lines a finding cites.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import Counter
 from typing import Callable, Optional
 
@@ -19,8 +20,7 @@ from capdiag import facts as F
 from capdiag import scanner
 from capdiag import traffic_shapes as shapes
 from capdiag.lazyre import LazyPattern
-from capdiag.frozen import frozen
-from capdiag.request_log import DETAILS, RECEIVED, RequestLog
+from capdiag.request_log import RequestLog
 from capdiag.source import line_text
 
 SERIES_POINTS = 240  # points kept of the usage/running/queue series (pairs merge beyond)
@@ -102,22 +102,6 @@ def _ranges(block: bytes, parts: int) -> list[tuple[int, int]]:
     if cuts[-1] < len(block):
         cuts.append(len(block))
     return list(zip(cuts, cuts[1:]))
-
-
-# what feed() looks for in a whole block before it reads any line of it
-_NEEDLES = (b" batch", b"#retracted_reqs: ", b"Avg prompt throughput: ", b"total_num_cumulative_preemption=",
-            RECEIVED, DETAILS)
-
-
-@frozen
-class Ahead:
-    """TrafficAggregator.prepare()'s reading of a block: whether it holds an ANSI escape (the
-    source then feeds it cleaned, and this reading is not used), which of _NEEDLES it holds,
-    and the compiled scanner's reading per framework, {vllm: (engine, scan()'s result, the
-    histogram it counted into)}."""
-    escaped: bool
-    present: frozenset
-    readings: dict
 
 
 class _Rank:
@@ -269,7 +253,6 @@ class TrafficAggregator:
         self.starts: list[int] = [0]  # the line each segment's start-up record is on
         self.framework: Optional[str] = None  # once one's traffic is seen, the other's is not looked for
         self.requests = RequestLog()  # vLLM's request-logging lines, one sum per segment
-        self.ahead: Optional[Ahead] = None  # prepare()'s reading of the block being fed
 
     def restart(self, line: int) -> None:
         """A start-up record begins at `line`: later traffic belongs to that start-up. The
@@ -290,25 +273,9 @@ class TrafficAggregator:
             del self.segments[:keep], self.starts[:keep]
             self.requests.forget(keep)
 
-    def prepare(self, block: bytes) -> Optional["Ahead"]:
-        """The compiled scanner's reading of a whole block, done ahead on the reader's workers
-        (capdiag.source.scanned_runs): a function of the block's bytes alone, so feed() uses
-        it where it is handed the same block, and the block's bytes need not pass through the
-        reading thread's cache again."""
-        if not scanner.built():
-            return None
-        seen, cuts, readings = self.framework, _ranges(block, SERIES_PER_BLOCK), {}
-        for vllm, framework in ((False, "sglang"), (True, "vllm")):
-            if seen in (None, framework):
-                engine, counts = scanner.first_engine(block) if vllm else b"", scanner.histogram()
-                readings[vllm] = (engine, scanner.scan(vllm, block, cuts, counts, engine), counts)
-        return Ahead(b"\x1b" in block, frozenset(n for n in _NEEDLES if scanner.contains(block, n)), readings)
-
-    def feed(self, first: int, block: bytes, ahead: Optional["Ahead"] = None) -> None:
-        """Sum the traffic lines of `block`, whose first line is number `first`; `ahead`:
-        prepare()'s reading of this very block."""
-        self.ahead = ahead
-        has = ahead.present.__contains__ if ahead is not None else lambda needle: scanner.contains(block, needle)
+    def feed(self, first: int, block: bytes) -> None:
+        """Sum the traffic lines of `block`, whose first line is number `first`."""
+        has = functools.partial(scanner.contains, block)
         seen = self.framework
         if seen != "vllm":
             if has(b" batch"):
@@ -320,7 +287,7 @@ class TrafficAggregator:
                 self._vllm(first, block)
             if has(b"total_num_cumulative_preemption="):
                 self._preemptions(first, block)
-            self.requests.feed(first, block, has)
+            self.requests.feed(first, block)
 
     def _rank(self, framework: str, tags: bytes) -> _Rank:
         return self._keep(self._candidate(framework, tags))
@@ -354,7 +321,7 @@ class TrafficAggregator:
         (zip(*rows)), so no Python runs per line."""
         cuts = _ranges(block, SERIES_PER_BLOCK)
         rank = self._candidate("sglang", tags)
-        counted = self._counted(False, block, cuts, rank, b"")
+        counted = scanner.scan(False, block, cuts, rank.histogram())
         if counted is not None:
             self._sglang_counted(first, block, rank, cuts, counted)
             return True
@@ -445,10 +412,8 @@ class TrafficAggregator:
 
     # ---- vLLM
     def _vllm(self, first: int, block: bytes) -> None:
-        if scanner.built():
-            ahead = self.ahead.readings.get(True) if self.ahead is not None else None
-            if self._vllm_counted(first, block, ahead[0] if ahead else scanner.first_engine(block)):
-                return
+        if scanner.built() and self._vllm_counted(first, block, scanner.first_engine(block)):
+            return
         lines = block.count(b"Avg prompt throughput: ")
         engines = _V_ENGINES.findall(block)
         if len(set(engines)) > 1 or (engines and len(engines) != lines) or not self._vllm_fast(
@@ -480,7 +445,7 @@ class TrafficAggregator:
         reading below adds its columns; False where it hands the block back."""
         cuts = _ranges(block, SERIES_PER_BLOCK)
         rank = self._candidate("vllm", engine)
-        counted = self._counted(True, block, cuts, rank, engine)
+        counted = scanner.scan(True, block, cuts, rank.histogram(), engine)
         if counted is None:
             return False
         self._keep(rank)
@@ -494,15 +459,6 @@ class TrafficAggregator:
                 if preempted:
                     self._interval_preemptions(rank, first, block, start, stop, preemptions)
         return True
-
-    def _counted(self, vllm: bool, block: bytes, cuts: list, rank: _Rank, engine: bytes) -> Optional[list]:
-        """capdiag.scanner.scan() of the block into the rank's histogram: read ahead where it was."""
-        ahead = self.ahead.readings.get(vllm) if self.ahead is not None else None
-        if ahead is None or ahead[0] != engine:
-            return scanner.scan(vllm, block, cuts, rank.histogram(), engine)
-        if ahead[1] is not None:
-            rank.histogram().merge(ahead[2])
-        return ahead[1]
 
     def _interval_preemptions(self, rank, first: int, block: bytes, start: int, stop: int, count: int) -> None:
         """vLLM V1's `Preemptions: N` — those since the line before — summed; cited at the last."""
