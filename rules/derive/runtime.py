@@ -1,7 +1,10 @@
 """What the running server's own traffic lines say, per rank (the report's `runtime`)."""
 from __future__ import annotations
 
+import bisect
+import functools
 import math
+from itertools import accumulate
 from typing import Any, Optional, Sequence
 
 from capdiag import facts as F
@@ -29,6 +32,38 @@ def _share(part: int, whole: int) -> Optional[float]:
     return round(part / whole, 4) if whole else None
 
 
+@functools.lru_cache(maxsize=16)
+def _tally(samples: tuple) -> dict[str, Any]:
+    """A rank's samples counted once (summarize() runs for every projection of a report): the
+    (usage, lines) pairs by usage; lines with a state; queued lines, those with no usage printed
+    and those at usage >= FULL_AT; the running counts printed, ascending, and for each the lines
+    printing at least it, and of them those queued below FULL_AT with a usage."""
+    with_usage: dict[float, int] = {}
+    by_running: dict[int, list[int]] = {}
+    queued = queued_full = queued_unknown = lines = 0
+    for usage, is_queued, running, n in samples:
+        lines += n
+        if usage is not None:
+            with_usage[usage] = with_usage.get(usage, 0) + n
+        counts = by_running.setdefault(running, [0, 0])
+        counts[0] += n
+        if is_queued:
+            queued += n
+            if usage is None:
+                queued_unknown += n
+            elif usage >= FULL_AT:
+                queued_full += n
+            else:
+                counts[1] += n
+    running = sorted(by_running)
+    # suffix sums: the lines at or above each running count
+    at_least = list(accumulate(reversed([by_running[r] for r in running]), lambda a, b: [a[0] + b[0], a[1] + b[1]],
+                               initial=[0, 0]))[::-1]
+    return {"usage": sorted(with_usage.items()), "lines": lines, "queued": queued, "queued_unknown": queued_unknown,
+            "queued_full": queued_full, "peak_running": running[-1] if running else None, "running": running,
+            "at_least": at_least}
+
+
 def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[int],
               counters: Sequence[F.CounterReadings] = (), histograms: Sequence[F.LengthHistogram] = (),
               chunk: Optional[int] = None, page: Optional[int] = None,
@@ -36,23 +71,11 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
     """The runtime summary of one rank's traffic (the JSON `runtime.ranks[]` entry, without
     evidence); from a probe also its counters' rates and the request lengths its histograms hold;
     `requests` what vLLM's request-logging lines show (request_log())."""
-    with_usage: dict[float, int] = {}
-    queued = queued_full = queued_limit = queued_unknown = at_limit = 0
-    for usage, is_queued, running, n in s.samples:
-        if usage is not None:
-            with_usage[usage] = with_usage.get(usage, 0) + n
-        at_limit += n if limit and running >= limit else 0
-        if is_queued:
-            queued += n
-            if usage is None:
-                queued_unknown += n
-            elif usage >= FULL_AT:
-                queued_full += n
-            elif limit and running >= limit:
-                queued_limit += n
-    counted = sum(with_usage.values())
-    ordered = sorted(with_usage.items())
-    lines_with_state = sum(n for *_, n in s.samples)
+    tally = _tally(s.samples)
+    at_limit, queued_limit = tally["at_least"][bisect.bisect_left(tally["running"], limit)] if limit else (0, 0)
+    queued, queued_full, queued_unknown = tally["queued"], tally["queued_full"], tally["queued_unknown"]
+    ordered, lines_with_state = tally["usage"], tally["lines"]
+    counted = sum(n for _, n in ordered)
     causes = {"memory": queued_full, "request_limit": queued_limit,
               "other": queued - queued_full - queued_limit - queued_unknown}
     mean_context = round(s.context_tokens / s.context_requests) if s.context_requests else None
@@ -64,7 +87,7 @@ def summarize(s: F.TrafficSummary, limit: Optional[int], pool_tokens: Optional[i
             "p99": percentile(ordered, 0.99),
             "share_at_or_above_90": _share(sum(n for u, n in ordered if u >= FULL_AT), counted),
             "share_at_100": _share(sum(n for u, n in ordered if u >= AT_100), counted)},
-        "running_requests": {"peak": max((r for _, _, r, _ in s.samples), default=None), "limit": limit,
+        "running_requests": {"peak": tally["peak_running"], "limit": limit,
                              "share_at_limit": _share(at_limit, lines_with_state) if limit else None},
         # no line printed a queue (retraction lines alone): its peak is not known to be 0
         "queued_requests": {"peak": s.peak_queue if lines_with_state else None, "lines_queued": queued, "queued_while_kv_full": queued_full,
