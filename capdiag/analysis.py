@@ -93,7 +93,7 @@ def read_launches(log: LogInput, framework: Optional[str] = None, until_ready: O
         traffic = TrafficAggregator() if runtime else None
         # (the Python path's traffic patterns hold the GIL most of the pass: workers waiting for
         # it to hand back a block slowed the pass by a tenth; the compiled scanner lets go of it)
-        ahead = reads_ahead(stream) and (traffic is None or scanner.loaded()[0] is not None)
+        ahead = reads_ahead(stream) and (traffic is None or scanner.built())
         counter = _Counter(scanned_runs(stream) if ahead else physical_runs(stream))
         closed = 0
         for fact in read_facts(candidate_runs(counter, traffic), framework):

@@ -19,12 +19,14 @@ PURE_ENV = "CAPDIAG_PURE_PYTHON"
 @lru_cache(maxsize=1)
 def loaded() -> tuple[object, str]:
     """(the compiled module or None, the sentence that says which path and why)."""
-    if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
-        return None, f"Python (the compiled scanner is built but {PURE_ENV} is set)" if _importable() else \
-            f"Python ({PURE_ENV} is set)"
     try:
         from capdiag import _scan
     except ImportError:
+        _scan = None
+    if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
+        return None, f"Python (the compiled scanner is built but {PURE_ENV} is set)" if _scan else \
+            f"Python ({PURE_ENV} is set)"
+    if _scan is None:
         return None, "Python (the compiled scanner was not built: no C compiler when capdiag was installed)"
     if _scan.digest() != shapes.digest():
         return None, ("Python (the compiled scanner was built from other wordings than capdiag/traffic_shapes.py "
@@ -35,14 +37,6 @@ def loaded() -> tuple[object, str]:
 def built() -> bool:
     """Whether the compiled scanner reads traffic lines in this run."""
     return loaded()[0] is not None
-
-
-def _importable() -> bool:
-    try:
-        from capdiag import _scan  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def histogram():
@@ -71,9 +65,10 @@ def first_engine(block: bytes) -> bytes:
 
 def scan(vllm: bool, block: bytes, cuts: Sequence[tuple[int, int]], counts, engine: bytes = b"") -> Optional[list]:
     """Per stretch of `block` (`cuts`: (start, stop) of whole lines), what its traffic lines
-    sum to (None for a stretch without one), with `counts` (a histogram()) emptied and filled
-    with the block's {(usage as printed, queued, running as printed): lines}; None when the
-    Python path must read the block (no compiled scanner, or a line it does not read wholly).
+    sum to (None for a stretch without one), the block's lines counted into `counts` (the rank's
+    histogram(): {(usage as printed, queued, running as printed): lines}); None, with `counts`
+    as it was, when the Python path must read the block (no compiled scanner, or a line it does
+    not read wholly).
     The tuples: SGLang (lines, top queue, top running, top usage, throughput low, high,
     context tokens, context requests, prompt tokens, prompt requests, most new tokens in one
     prefill, prefill lines); vLLM (lines, top queue, top running, top usage, generation

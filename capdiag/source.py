@@ -594,8 +594,8 @@ def scanned_runs(stream: IO[bytes]) -> Iterator[tuple[int, bytes, list[int]]]:
     """physical_runs() read a few blocks ahead, on worker threads, for a long regular file (see
     reads_ahead(); never a live stream): each block with the offsets of its lines that hold an
     anchor (what candidate_runs() would search it for), counted and searched while the blocks
-    before it are read. (Read in order, a block is searched only once
-    the one before it is let go: here one more block is held.)"""
+    before it are read. (Read in order, a block is searched only once the one before it is let
+    go: here one more block is held.)"""
     return _numbered(stream, True)
 
 

@@ -137,16 +137,6 @@ def _regex(p: Piece) -> bytes:
 INT, NUM = _regex(Int("")), _regex(Num(""))  # a figure's group, for the patterns written around these
 
 
-def _literals(pieces):
-    for p in pieces:
-        if isinstance(p, Lit):
-            yield p.text
-        elif isinstance(p, Either):
-            yield from p.texts
-        elif isinstance(p, Opt):
-            yield from _literals(p.pieces)
-
-
 def _example(pieces) -> bytes:
     """The shortest line a wording matches (no optional run, the first of each choice, figures
     of two digits)."""
