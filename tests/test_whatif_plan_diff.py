@@ -320,7 +320,8 @@ def _two_start_ups(tmp_path) -> tuple[str, str]:
 
 
 def test_a_diff_cites_the_lines_of_the_values_and_of_the_change_that_explains_them(tmp_path, monkeypatch, capsys):
-    before, after = _two_start_ups(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the header holds each log's path whole: keep it short, as a user's is
+    before, after = (Path(p).name for p in _two_start_ups(tmp_path))
     d = build_diff(analyse(before), analyse(after))
     free = next(m for m in d["memory"] if m["key"] == "free")
     assert (free["before"], free["after"], free["explained_by"]) == (14.0, 15.0, "mem_fraction_static")
