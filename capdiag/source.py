@@ -246,6 +246,11 @@ _RAY_REPEAT = re.compile(r"\s*\[repeated (\d+)x across cluster\](?:\s*\(Ray dedu
 # Records that vLLM and SGLang print on one very long line; a paste that hard-wrapped them
 # continues on lines without a header of their own.
 _RECORD = re.compile(r"with config:|non-default args:|args: Namespace\(|server_args[=:]")
+# Of those, the ones that open a bracket and end where it closes (an argument dict, a Namespace,
+# ServerArgs): once it has closed, the record is whole, and a long line after it (a progress bar
+# the paste kept) is a line of its own, not the rest of a hard wrap. vLLM's engine config is a
+# bare list of fields, whose nested brackets may close at any cut.
+_ENCLOSED_RECORD = re.compile(r"non-default args: (?=\{)|args: Namespace(?=\()|server_args=ServerArgs(?=\()")
 _HEADER = re.compile(r"^(?:\(\w[^)]*pid=\d+|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) |\[\d{4}-\d\d-\d\d |\[\d\d:\d\d:\d\d)")
 MAX_CONTINUATION = 400  # physical lines one wrapped line or record may span
 MAX_JOINED = 1 << 16  # characters a joined line may reach (real records: under 20,000)
@@ -767,6 +772,14 @@ def bracket_state(text: str, state: tuple[int, str, bool] = (0, "", False)) -> t
     return depth, quote, escaped
 
 
+def _closed(record: str) -> bool:
+    """Whether a record that opens a bracket (_ENCLOSED_RECORD) has closed it where its text ends
+    (the header's own brackets, `[utils.py:328]`, before it are not counted)."""
+    opening = _ENCLOSED_RECORD.search(record)
+    body = record[opening.end():].rstrip() if opening else ""
+    return body[-1:] in (")", "}") and bracket_state(body)[0] == 0
+
+
 def has_keyword(text: str) -> bool:
     """Whether a cleaned line holds one of KEYWORDS (in any case)."""
     return bool(_SCANNER.find_matches_as_indexes(text.encode("utf-8", "surrogatepass").lower()))
@@ -898,7 +911,8 @@ def candidate_runs(runs: Iterable[tuple], traffic=None) -> Iterator[Line]:
                         joined = _joined(pending, text, raw, " ")
                     elif record and text and not _HEADER.match(text) and not _TRACEBACK.match(text):
                         brackets = brackets or bracket_state(pending.text)  # only when a line may continue it
-                        if brackets[0] > 0 or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0)):
+                        if brackets[0] > 0 or (len(last_piece) >= WRAPPED and (len(text) >= WRAPPED or spans > 0)
+                                               and not _closed(pending.text)):
                             joined = _joined(pending, text, raw, "")
                             brackets, last_piece = bracket_state(text, brackets), text
                     elif not record and pending.text.endswith(",") and not text.startswith(("[", "(")):

@@ -203,6 +203,22 @@ def test_hard_wrapped_server_args_is_joined():
     assert fields == {"model_path": "m", "tp_size": 2, "mem_fraction_static": 0.8, "chunked_prefill_size": 8192}
 
 
+@pytest.mark.parametrize("opening, closing", [
+    ("(APIServer pid=12) INFO 03-02 09:14:02 [utils.py:328] non-default args: {", "}"),
+    ("[2026-03-02 09:14:02] server_args=ServerArgs(", ")"),
+    ("INFO 03-02 09:14:02 api_server.py:712] args: Namespace(", ")")])
+def test_a_long_record_that_closed_its_bracket_does_not_swallow_a_long_line_after_it(opening, closing):
+    """A whole argument record over WRAPPED characters, then a download bar a paste kept (long,
+    no header of its own): the record closed its bracket, so it is whole — joining the bar to it
+    made its literal unreadable past the junk, and the last field (the utilization) was lost."""
+    fields = ", ".join(f"'f{i}': {i}" if closing == "}" else f"f{i}={i}" for i in range(30))
+    last = "'gpu_memory_utilization': 0.85" if closing == "}" else "gpu_memory_utilization=0.85"
+    record = f"{opening}{fields}, {last}{closing}"
+    bar = "config.json: 100%|" + "\u2588" * 120 + "| 855/855 [00:00<00:00, 6.19MB/s]"
+    lines = candidates(record, bar, "(APIServer pid=12) INFO 03-02 09:14:08 [__init__.py:1778] Using max model len 131072")
+    assert lines[0].text == record and [l.number for l in lines] == [1, 3]
+
+
 def test_every_grammar_case_line_passes_the_prefilter():
     """A line kind the grammar knows but no KEYWORD names would be silently dropped."""
     assert POSITIVE, "no grammar cases loaded"
