@@ -28,11 +28,11 @@ SERIES_PER_BLOCK = 16  # points one block of lines gives at most
 FULL = 1.0  # usage printed as 1.00 (SGLang) or 100.0% (vLLM)
 
 # SGLang: `[2026-03-02 09:14:28 DP1 TP0] Decode batch, …` — the date is absent before v0.3,
-# rank tags as the start-up lines have them, then perhaps `INFO scheduler.py:123: `.
+# rank tags as the start-up lines have them (`DP-1`, no DP rank, is none of them), then perhaps `INFO scheduler.py:123: `.
 # Figures as the patterns take them: at most 15 digits (a 5000-digit run is no figure a server
 # prints, and int() refuses one past 4,300 digits), a decimal point only between digits
 _INT, _NUM = shapes.INT, shapes.NUM
-_SGL_HEAD = rb"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)(?:[.,]\d+)?((?: [A-Z_]+\d{1,7})*)\] (?:[A-Z]+ [\w./-]+:\d+: )?"
+_SGL_HEAD = rb"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d)(?:[.,]\d+)?(?: DP-1)?((?: [A-Z_]+\d{1,7})*)\] (?:[A-Z]+ [\w./-]+:\d+: )?"
 # Both batch lines in every field set seen across versions: `.` after `batch` before ~v0.4.4,
 # an iteration counter `[N]` with SGLANG_LOG_FORWARD_ITERS, `full`/`swa`/`mamba` usages for
 # hybrid pools (the KV usage is the larger of full and SWA, as SGLang's own get_kv_token_stats;

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from capdiag.cli import main
 from capdiag.errors import InputError
-from helpers import corpus_report, fixture, lines_of, row
+from helpers import corpus_report, fixture, lines_of, row, write_log
 
 
 def stand_ins(report: dict) -> dict:
@@ -115,3 +115,29 @@ def test_ray_dedup_mark_and_its_first_time_explanation_are_removed_and_counted()
             "ray-observability/user-guides/configure-logging.html#log-deduplication for more options.)")
     assert clean(line) == [line.split(" [repeated")[0]] and ray_repeats(line) == 14
     assert ray_repeats("INFO x Model loading took 1.0 GiB") == 0
+
+
+def test_a_scheduler_tagged_dp_minus_one_is_tp0_with_no_dp_rank():
+    """Late-2024 SGLang (v0.3.6) tags a scheduler that has no data-parallel rank `DP-1 TP0`. The
+    tag names TP 0 and no DP rank; until it did, every memory line went unread (weights, pool,
+    token budget) and the traffic lines had no time."""
+    report = corpus_report(fixture("sglang_v036_dp_minus_one.log"))
+    assert report["target_rank"] == "TP0" and [r["label"] for r in report["ranks"]] == ["TP0"]
+    assert report["ranks"][0]["rank"]["dp"] is None
+    assert row(report, "weights")["gib"] == 14.4  # 78.60 − 64.20
+    assert report["kv_pool"]["tokens"] == 1025100
+    assert (report["config"]["context_len"], report["config"]["max_running_requests"]) == (131072, 4004)
+    runtime = report["runtime"]
+    assert (runtime["first_time"], runtime["last_time"]) == ("2024-11-20 09:02:39", "2024-11-20 09:03:02")
+    assert (runtime["running_requests"]["peak"], runtime["queued_requests"]["peak"], runtime["lines"]) == (6, 3, 3)
+
+
+def test_a_crash_under_a_dp_minus_one_tag_is_the_schedulers_of_tp0(tmp_path):
+    crash = open(fixture("sglang_v036_dp_minus_one.log")).read() + (
+        "[2024-11-20 09:03:05 DP-1 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/managers/scheduler.py", line 1492, in run_scheduler_process\n'
+        "    scheduler.event_loop_normal()\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    report = corpus_report(write_log(tmp_path, crash))
+    finding = next(f for f in report["findings"] if f["code"] == "CD125")
+    assert "failed after it was ready on TP0" in finding["message"]

@@ -66,10 +66,17 @@ def _graph_words(items) -> tuple[str, str, Optional[str]]:
     return graph, device, role
 
 
+# The tag of a scheduler with no data-parallel rank in some late-2024 releases (`DP-1 TP0`): it
+# names no rank, as no DP tag at all does.
+NO_DP_RANK = "DP-1"
+
+
 class _Lines(Transformer):
     # ---- prefix
     def rank_tag(self, items):
         tag = str(items[0])
+        if tag == NO_DP_RANK:
+            return None
         name = tag.rstrip("0123456789")
         return (name.lower(), int(tag[len(name):]))
 
