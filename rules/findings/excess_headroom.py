@@ -32,7 +32,8 @@ def excess_headroom(kb, t):
 
     Production guidance keeps 10–20% of a GPU free for activation spikes: memory up to
     `keep_share` of the total is headroom, not waste, and only what lies beyond both that and
-    `max_free_gib` counts. Never on memory shared with the CPU (DGX Spark GB10), where what is
+    `max_free_gib` counts (where the total is not known, `keep_share` of SGLang's free memory
+    before the weights, which the total is at least). Never on memory shared with the CPU (DGX Spark GB10), where what is
     "free" belongs to the whole machine; nor on a rollout server started to hand its memory back
     (vLLM sleep mode, SGLang's memory saver: `config.sleep_mode`), whose free memory is the
     colocated trainer's.
@@ -74,7 +75,10 @@ def excess_headroom(kb, t):
         free, fraction, name, base = free_row.value, mfs.value, "mem_fraction_static", pre
         premises = (free_row, mfs, begin or profiling)
     total_d = kb.get("gpu", "total_gib")
-    keep = max(t["keep_gib"], t["keep_share"] * total_d.value if total_d is not None and total_d.known else 0.0)
+    # the share kept free is of the GPU total; where it is not known, of SGLang's free memory
+    # before the weights, which the total is at least (vLLM's base is the total itself)
+    share_of = total_d.value if total_d is not None and total_d.known else base
+    keep = max(t["keep_gib"], t["keep_share"] * share_of)
     grow = free - keep
     if free <= t["max_free_gib"] or grow <= t["max_free_gib"] - t["keep_gib"] or base <= 0:
         return
@@ -84,11 +88,12 @@ def excess_headroom(kb, t):
     projection = ""
     if per_token is not None and per_token.known and per_token.value > 0 and tokens is not None and tokens.known:
         extra = int(grow * GIB // per_token.value)
-        projection = f"; about {extra:,} more tokens ({tokens.value:,} → {tokens.value + extra:,})"
+        projection = f": about {extra:,} more tokens ({tokens.value:,} → {tokens.value + extra:,})"
         premises += (per_token, tokens)
     yield Parts(premises + ((kv,) if kv is not None else ()),
                 title=f"{gib(free)} GiB left unused after start-up",
-                message=f"{gib(free)} GiB is still free after start-up; {name} {fraction} → {suggested} would grow "
-                        f"the KV pool by about {gib(grow)} GiB, keeping {gib(keep)} GiB free{projection}.",
+                message=f"{gib(free)} GiB is still free after start-up; {name} could go from {fraction} up to "
+                        f"{suggested}, the most that keeps {gib(keep)} GiB free, growing the KV pool by up to "
+                        f"{gib(grow)} GiB{projection}.",
                 action=f"Raise {name} to about {suggested} and check the next start-up's free memory.",
                 detail={"free_gib": gib(free), "suggested": suggested})

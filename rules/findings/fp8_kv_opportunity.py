@@ -8,7 +8,7 @@ from capdiag.vocabulary import element_size
 
 @rule("fp8-kv-opportunity", code="CD114", severity="info", thresholds={"max_full_requests": 4},
       reads=("kv_pool:dtype", "kv_pool:tokens?", "kv_pool:theoretical_bytes_per_token?", F.Options,
-             "config:max_model_len?", "config:context_len?"))
+             "config:max_model_len?", "config:context_len?", "pool_cap?"))
 def fp8_kv_opportunity(kb, t):
     """What it checks: the KV cache is stored in a 16-bit type (bf16/fp16) and capacity is what
     binds: fewer than `max_full_requests` requests of the full context fit at once. A pool that
@@ -20,7 +20,10 @@ def fp8_kv_opportunity(kb, t):
 
     Example: `KV Cache is allocated. dtype: torch.bfloat16, #tokens: 415615`.
 
-    Only for a pool that was sized: a start-up that stopped before gets no capacity tips.
+    Only for a pool that was sized: a start-up that stopped before gets no capacity tips. Never
+    where a setting caps the pool (`pool-capped` says which: `--max-total-tokens`, vLLM's
+    `--kv-cache-memory`, `--num-gpu-blocks-override`): the cap, not the bytes per token, sets the
+    tokens, so fp8 would hold no more of them.
 
     What to do: where more full-length requests must run at once, try `--kv-cache-dtype
     fp8_e4m3` (SGLang) or `--kv-cache-dtype fp8` (vLLM) and check accuracy on your evaluation set.
@@ -34,6 +37,8 @@ def fp8_kv_opportunity(kb, t):
         return
     if tokens is None or not tokens.known:
         return  # the pool was never sized (a start-up that stopped before): no capacity to double
+    if kb.get("pool_cap") is not None:
+        return
     if kb.get("kv_pool", "theoretical_bytes_per_token") is not None and \
             not kb.get("kv_pool", "theoretical_bytes_per_token").known:
         return  # compressed KV (DeepSeek-V4): the halving does not follow
