@@ -221,7 +221,8 @@ _TRANSPORT = re.compile("".join(f"(?:{part})?" for part in (
     # DJL Serving (SageMaker's LMI containers) around its Python worker's output: `[INFO ] PyProcess
     # - W-210-model-stdout: `; a paste may have lost the `[`
     r"\[?(?:TRACE|DEBUG|INFO|WARN|ERROR) *\] PyProcess - W-\d+-\S+?-std(?:out|err): ",
-    r"[\w.\-]+\s+\|\s",  # docker-compose service (`vllm-1  | `)
+    # docker-compose service (`vllm-1  | `), or a process manager's in brackets (`[vllm]   | `)
+    r"(?:[\w.\-]+|\[[\w.\-]+\])\s+\|\s",
     r"\[pod/[^\]\s]+\]\s",  # kubectl logs --prefix
     # journald (`Apr 19 17:30:52 host unit[pid]: `, short and ISO forms)
     r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
@@ -232,6 +233,9 @@ _TRANSPORT = re.compile("".join(f"(?:{part})?" for part in (
     # Docker's host time without the bar, only in front of the log's own header (SGLang's
     # `[date`, vLLM's `(process` or `LEVEL `): a line of the server's own may start with a date
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s(?=\[|\(\w|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )",
+    # torch.distributed's per-rank stream prefix (torchrun --tee/--log-dir and LLM() under a
+    # distributed launch: `[rank0]: `, `[default0]:`), right in front of the process's own line
+    r"\[(?:rank|default)\d+\]:\s?",
 )))
 # A container log file in JSON (Docker's json-file driver, Kubernetes node logs, log shippers):
 # the line is inside one string field.

@@ -69,8 +69,13 @@ def test_log_line_glued_after_a_tqdm_bar():
     "* " + BEGIN,
     "   " + BEGIN + "   ",
     "\x1b[36msglang-1  |\x1b[0m " + BEGIN,
+    "[sglang]                 | " + BEGIN,
+    "[rank0]: " + BEGIN,
+    "[default0]:" + BEGIN,
+    "sglang-1  | [rank0]: " + BEGIN,
 ], ids=["compose", "compose-dotted", "kubectl-ns", "kubectl-z", "kubectl-offset", "compose+kubectl",
-        "docker-host-time", "md-dash", "md-star", "blanks", "compose-ansi"])
+        "docker-host-time", "md-dash", "md-star", "blanks", "compose-ansi", "manager-bracketed", "torch-rank",
+        "torchrun-default", "compose+torch-rank"])
 def test_transport_prefixes_are_removed(raw):
     assert clean(raw) == [BEGIN]
     parsed = parse_sglang_line(candidates(raw)[0].text)
