@@ -81,6 +81,13 @@ def is_vllm(kb: Knowledge) -> bool:
     return framework(kb) == "vllm"
 
 
+def shares_system_memory(kb: Knowledge) -> bool:
+    """The GPU's memory is the machine's (DGX Spark GB10, Jetson): what is "free" on it is the
+    operating system's too, so advice never hands it more."""
+    ident = kb.get("gpu", "identity")
+    return ident is not None and ident.known and bool(ident.value.get("shared_system_memory"))
+
+
 def knob(kb: Knowledge) -> str:
     """The static-fraction flag of the framework that printed the log."""
     return "--gpu-memory-utilization" if is_vllm(kb) else "--mem-fraction-static"

@@ -7,6 +7,7 @@ never copied from the tool's output.
 """
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 
 import pytest
@@ -361,7 +362,9 @@ def test_context_exceeds_kv_from_the_max_seq_len_error():
     assert f["severity"] == "error"
     assert "29000" in f["message"] and "23648" in f["message"]
     assert "23648" in f["action"] and "--max-model-len" in f["action"]
-    assert lines_of(f) == [5]
+    # twice 23,648 tokens hold 29,000: the fp8 cache is offered, resting on the KV dtype (line 2)
+    assert "store the KV cache in fp8 (--kv-cache-dtype fp8: about 47,296 tokens)" in f["action"]
+    assert lines_of(f) == [2, 5]
     assert rep["config"]["max_model_len"] == 29000
 
 
@@ -465,3 +468,26 @@ def test_a_hybrid_block_size_the_api_server_prints_before_the_engine_line_stays_
     rep = report("vllm_v018_hybrid_block_before_engine.log")
     assert rep["source"]["launches"] == 1 and rep["source"]["ready"] is True
     assert rep["config"]["gpu_memory_utilization"] == 0.85 and rep["config"]["max_model_len"] == 8192
+
+
+def test_a_refusal_that_states_only_the_sizes_gives_the_length_that_fits_and_only_the_ways_that_close_the_gap(tmp_path):
+    """vLLM's V1 refusal without its estimate (`Based on the available memory,` and nothing
+    after it): the longest length is the context scaled by available / needed; an fp8 cache
+    (5.00 GiB of 1.25) and a higher utilization (0.9 + 8.75 / 23.99 > 0.95) cannot close the
+    gap, so neither is offered; on a larger GPU the utilization that closes it is."""
+    lines = ["(APIServer pid=3311) INFO 06-02 05:14:40 [api_server.py:1287] vLLM API server version 0.9.0",
+             "(APIServer pid=3311) INFO 06-02 05:14:40 [cli_args.py:309] non-default args: {'model': 'org/m-32b-w4a16', "
+             "'gpu_memory_utilization': 0.9}",
+             "ERROR 06-02 05:17:18 [core.py:387] ValueError: To serve at least one request with the models's max seq len "
+             "(40960), (10.00 GiB KV cache is needed, which is larger than the available KV cache memory (1.25 GiB). Based "
+             "on the available memory,  Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+             "initializing the engine."]
+    log = write_log(tmp_path, "\n".join(lines) + "\n")
+    f = finding(json.loads(render(build(analyse(log, gpu_total_gib=23.99)), "json")), "context-exceeds-kv")
+    assert "a request of at most about 5,096 tokens fits (40,960 × 1.25 / 10.00" in f["message"]
+    assert f["action"] == "Set --max-model-len ≤ 5096; or shard the model over more GPUs (--tensor-parallel-size)."
+    # 0.9 + (10.00 − 1.25 + 0.005) / 139.8 = 0.963: past 0.95 on an H200 too; on 180 GiB, 0.949 → 0.95
+    h200 = finding(json.loads(render(build(analyse(log, gpu_total_gib=139.8)), "json")), "context-exceeds-kv")
+    assert "gpu-memory-utilization" not in h200["action"]
+    large = finding(json.loads(render(build(analyse(log, gpu_total_gib=180.0)), "json")), "context-exceeds-kv")
+    assert "raise --gpu-memory-utilization to 0.95 (8.75 GiB more)" in large["action"]

@@ -265,6 +265,8 @@ class VllmStartupError(VllmFact):
     model_len: Optional[int] = None
     kv_tokens: Optional[int] = None  # V0's wording: the tokens the pool holds
     longest_fit: Optional[int] = None  # V1's: the longest request the memory allows, as vLLM estimates
+    needed_gib: Optional[float] = None  # V1's: the KV one request of max_model_len needs
+    available_gib: Optional[float] = None  # V1's: the KV memory there is
 
 
 @frozen_fact

@@ -234,9 +234,12 @@ class _Lines(Transformer):
         plain = [int(float(str(t))) for t in numbers if split_quantity(str(t))[1] is None]
         stored = numbers_after(items[-1], "PNUM", ("stored in KV cache (",))
         longest = numbers_after(items[-1], "PNUM", ("estimated maximum model length is",))
+        # the two sizes in GiB, in the order printed: needed, then available
+        sizes = [split_quantity(str(t))[0] for t in numbers if split_quantity(str(t))[1] == "GiB"]
         return (F.VllmStartupError, {"reason": "max-seq-len", "model_len": plain[0] if plain else None,
                                      "kv_tokens": int(stored[0]) if stored else None,
-                                     "longest_fit": int(longest[0]) if longest else None})
+                                     "longest_fit": int(longest[0]) if longest else None,
+                                     **({"needed_gib": sizes[0], "available_gib": sizes[1]} if len(sizes) == 2 else {})})
 
     def engine_failed(self, _):
         return (F.VllmStartupError, {"reason": "engine-failed"})

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from capdiag.engine import Parts, cannot_judge, rule
 from capdiag import facts as F
-from capdiag.rules._common import gib, is_vllm, target
+from capdiag.rules._common import gib, is_vllm, shares_system_memory, target
 from capdiag.vocabulary import GIB
 
 
@@ -41,9 +41,7 @@ def excess_headroom(kb, t):
     What to do: raise the fraction to the suggested value, keeping `keep_gib` GiB and
     `keep_share` of the GPU free, and check the new start-up's free memory.
     """
-    ident = kb.get("gpu", "identity")
-    if ident is not None and ident.known and ident.value.get("shared_system_memory") or \
-            kb.value("config", "sleep_mode") is True:
+    if shares_system_memory(kb) or kb.value("config", "sleep_mode") is True:
         return
     if kb.get("failure") is not None or kb.get("pool_cap") is not None or kb.of(*_FAILED, role=None) or \
             any(s.error for s in kb.of(F.VllmStartupMemory, role=None)):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from capdiag.engine import Parts, rule
+from capdiag.rules._common import shares_system_memory
 
 
 @rule("gpu-capacity-ambiguous", code="CD123", severity="warning",
@@ -26,7 +27,7 @@ def gpu_capacity_ambiguous(kb):
         reasons.append("only the nominal capacity is known")
     if ident is not None and ident.known and ident.value.get("ambiguous") and not ident.value.get("totals_agree"):
         reasons.append(f"the inputs name several GPUs ({', '.join(ident.value['candidates'])})")
-    if ident is not None and ident.known and ident.value.get("shared_system_memory"):
+    if shares_system_memory(kb):
         reasons.append("its memory is shared with the CPU")
     if not reasons:
         return
