@@ -117,8 +117,9 @@ def exceptions(facts: Iterable[F.Fact]) -> list[Raised]:
         if process is None:
             if current in open_:
                 process = current
-            elif isinstance(fact, F.ExceptionChained) or (recent in pending and "link" in pending[recent]):
-                process = recent
+            elif isinstance(fact, (F.ExceptionChained, F.ValidationDetail)) or \
+                    (recent in pending and "link" in pending[recent]):
+                process = recent  # an unprefixed reason line continues the last exception, whoever raised it
         if isinstance(fact, F.TracebackStart):
             open_[process] = {"start": fact, "frames": [], **pending.pop(process, {})}
             current = process

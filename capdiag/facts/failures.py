@@ -60,10 +60,12 @@ class ExceptionRaised(Fact):
 
 @frozen_fact
 class ValidationDetail(Fact):
-    """pydantic's reason line under `ValidationError: N validation error for …`:
-    `Value error, <message> [type=value_error, …]`."""
+    """A line an exception's reason continues on, below it: pydantic's under `ValidationError: N
+    validation error for …` (`Value error, <message> [type=value_error, …]`), and the error a
+    Triton `CompilationError: at L:C:` met, printed as a repr after the kernel's source
+    (`ValueError("type fp8e4nv not supported in this architecture. …")`)."""
 
-    KEYWORDS: ClassVar[tuple[str, ...]] = ("Value error,",)
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Value error,", 'Error("', "Error('")
     process: Optional[str] = None
     message: str
 
@@ -79,7 +81,9 @@ class ProcessKilled(Fact):
 @frozen_fact
 class ChildFailed(Fact):
     """A parent noticing that a child died: SGLang's `Received sigquit from a child process. It
-    usually means the child failed.` — always a consequence."""
+    usually means the child failed.` — always a consequence. Only SGLang prints it (its launcher's
+    SIGQUIT handler), so a pasted tail that holds nothing else of SGLang is SGLang's by it."""
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("sigquit",)
+    FRAMEWORK: ClassVar[Optional[str]] = "sglang"
     process: Optional[str] = None

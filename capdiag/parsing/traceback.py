@@ -67,6 +67,10 @@ class _Lines(Transformer):
     def value_error(self, items):
         return F.ValidationDetail, {"message": str(items[-1]).strip()}
 
+    def inner_error(self, items):
+        kind, _, quoted = str(items[0]).partition("(")
+        return F.ValidationDetail, {"message": f"{kind}: {quoted[1:-2]}"}
+
     def raised(self, items):
         rest = str(items[2]).strip() if len(items) > 2 else ""
         return F.ExceptionRaised, {"type": str(items[0]), "message": rest}
