@@ -194,8 +194,9 @@ def _compiled(pattern: str) -> re.Pattern:
 
 
 def classify(r: Raised) -> Optional[Cause]:
-    """The first catalogue wording an exception matches (by its text, its frames' files, or both)."""
-    return _classified(r.text, "\n".join(f.path for f in r.frames))
+    """The first catalogue wording an exception matches (by its text, its frames' files and
+    functions — `path in function`, one frame a line — or both)."""
+    return _classified(r.text, "\n".join(f"{f.path} in {f.function}" for f in r.frames))
 
 
 # many exceptions of a log share their text and frames (a failure every rank reports, a

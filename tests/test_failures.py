@@ -86,16 +86,19 @@ def test_each_wording_example_is_named_by_its_own_cause(cause):
     """The catalogue's order matters (the first match names the cause): every wording's example
     must be named by the entry it belongs to, not an earlier one."""
     example = cause.wording["example"]
-    detail = example.startswith("Value error, ")
-    text = f"pydantic_core._pydantic_core.ValidationError: 1 validation error" if detail else example
+    # an example that is a reason line under an exception (pydantic's `Value error, …`, a kernel
+    # build's compiler diagnostics) is read as one, under an exception that names nothing
+    own = parse_traceback_line(example)
+    detail = own is not None and own.cls is F.ValidationDetail
+    text = ("pydantic_core._pydantic_core.ValidationError: 1 validation error" if example.startswith("Value error, ")
+            else "RuntimeError: see the lines below") if detail else example
     stated = None if detail or parse_traceback_line(text) is not None else parse_vllm_line(text)
     if stated:  # an error a framework states on a line of its own (argparse's `vllm: error: …`)
         r = Raised(stated[0].cls(evidence=F.Evidence(1, text), rank=stated[0].rank, **stated[0].values))
     else:
         r = _raised(text)
     if detail:
-        r = Raised(r.exception, details=(F.ValidationDetail(evidence=F.Evidence(2, example),
-                                                            message=example[len("Value error, "):]),))
+        r = Raised(r.exception, details=(F.ValidationDetail(evidence=F.Evidence(2, example), **own.values),))
     assert classify(r) is not None and classify(r).name == cause.name, (example, classify(r))
 
 

@@ -63,9 +63,12 @@ class ValidationDetail(Fact):
     """A line an exception's reason continues on, below it: pydantic's under `ValidationError: N
     validation error for …` (`Value error, <message> [type=value_error, …]`), and the error a
     Triton `CompilationError: at L:C:` met, printed as a repr after the kernel's source
-    (`ValueError("type fp8e4nv not supported in this architecture. …")`)."""
+    (`ValueError("type fp8e4nv not supported in this architecture. …")`), and a kernel build's
+    compiler diagnostics inside its exception's message (`…/source_location.h:8:10: fatal error:
+    version: No such file or directory`, `nvcc warning : The -std=c++20 flag is not supported
+    with the configured host compiler.`)."""
 
-    KEYWORDS: ClassVar[tuple[str, ...]] = ("Value error,", 'Error("', "Error('")
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Value error,", 'Error("', "Error('", " error: ", "nvcc warning", "nvcc fatal")
     process: Optional[str] = None
     message: str
 
@@ -75,15 +78,4 @@ class ProcessKilled(Fact):
     """A bare `Killed` (the shell reporting SIGKILL, usually the kernel's out-of-memory killer)."""
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("Killed",)
-    process: Optional[str] = None
-
-
-@frozen_fact
-class ChildFailed(Fact):
-    """A parent noticing that a child died: SGLang's `Received sigquit from a child process. It
-    usually means the child failed.` — always a consequence. Only SGLang prints it (its launcher's
-    SIGQUIT handler), so a pasted tail that holds nothing else of SGLang is SGLang's by it."""
-
-    KEYWORDS: ClassVar[tuple[str, ...]] = ("sigquit",)
-    FRAMEWORK: ClassVar[Optional[str]] = "sglang"
     process: Optional[str] = None

@@ -335,3 +335,14 @@ class KernelCacheNote(SGLangFact):
     directories exist, so this node's caches were built by an older release."""
 
     KEYWORDS: ClassVar[tuple[str, ...]] = ("SGLANG_CACHE_DIR",)
+
+
+@frozen_fact
+class ChildFailed(SGLangFact):
+    """A parent noticing that a child died: SGLang's `Received sigquit from a child process. It
+    usually means the child failed.` — always a consequence. Only SGLang prints it (its launcher's
+    SIGQUIT handler; read by the traceback grammar), so a pasted tail that holds nothing else of
+    SGLang is SGLang's by it."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("sigquit",)  # both wordings, as the prefilter ignores case
+    process: Optional[str] = None

@@ -67,6 +67,9 @@ class _Lines(Transformer):
     def value_error(self, items):
         return F.ValidationDetail, {"message": str(items[-1]).strip()}
 
+    def compiler_diag(self, items):
+        return F.ValidationDetail, {"message": str(items[0]).strip()}
+
     def inner_error(self, items):
         kind, _, quoted = str(items[0]).partition("(")
         return F.ValidationDetail, {"message": f"{kind}: {quoted[1:-2]}"}
