@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from capdiag import facts as F
 from capdiag.engine import Parts, rule
-from capdiag.failures import classify, exceptions
-from capdiag.rules._common import line_ref
+from capdiag.failures import classify, exceptions, in_framework
+from capdiag.rules._common import framework, line_ref
 
 _PHASE_WORDS = {"init": "process start-up", "weights": "weight loading", "kv_pool": "KV pool allocation",
                 "graph_capture": "CUDA graph capture", "ready": "ready"}
@@ -25,7 +25,9 @@ def startup_incomplete(kb):
 
     A failure whose root cause the log shows is named by `startup-failed` instead; this rule
     then stays quiet. When the log shows only consequences (a parent reporting that a child
-    died), it says so: the root cause was printed elsewhere.
+    died), it says so: the root cause was printed elsewhere; where the catalogue names the
+    consequence (SIGTERM from outside, a parent stopping its children), its title and next step
+    are the finding's.
 
     What to do: read the traceback at the cited line; the breakdown covers what was printed
     before it. Out-of-memory failures get their own finding (`out-of-memory`).
@@ -37,12 +39,23 @@ def startup_incomplete(kb):
         return
     reached = phase.value if phase is not None else "init"
     crash = next(iter(kb.of(F.SchedulerException, F.VllmStartupError, F.ChildFailed, role=None)), None)
-    crash = crash or next((r.exception for r in exceptions(kb.facts) if not r.ignored
-                           and getattr(classify(r), "role", None) == "consequence"), None)
+    consequence = next(((r.exception, classify(r)) for r in exceptions(kb.facts) if not r.ignored
+                        and getattr(classify(r), "role", None) == "consequence"), (None, None))
+    crash = crash or consequence[0]
+    # what the consequence is, where the catalogue knows it (a signal from outside, a parent
+    # stopping its children): its own title and next step say more than "printed elsewhere"
+    known = consequence[1] if consequence[0] is crash else None
     oom = kb.of(F.OutOfMemory, F.NotEnoughMemory, role=None)
     budget = next(iter(kb.of(F.TokenBudget, F.VllmKVCacheSize, F.VllmGpuBlocks, role=None)), None)
     last = max(kb.facts, key=lambda f: f.evidence.line, default=None)
-    if crash is not None:
+    action = "Figures after this point are not in the log; the breakdown covers what was printed."
+    if known is not None:
+        severity, title = "error", f"Start-up stopped during {_PHASE_WORDS[reached]}"
+        message = (f"{known.title} ({line_ref(crash)}); the last phase reached is {_PHASE_WORDS[reached]}. "
+                   "The log holds no error of the server's own before it.")
+        action = in_framework(known.next_step, framework(kb))
+        premises = (crash, phase) + tuple(oom)
+    elif crash is not None:
         severity, title = "error", f"Start-up crashed during {_PHASE_WORDS[reached]}"
         message = (f"{'A scheduler' if isinstance(crash, F.SchedulerException) else 'A'} process failed "
                    f"({line_ref(crash)}); the last phase reached is {_PHASE_WORDS[reached]}. The log shows only "
@@ -63,6 +76,6 @@ def startup_incomplete(kb):
     yield Parts(premises,
                 title=title,
                 message=message,
-                action="Figures after this point are not in the log; the breakdown covers what was printed.",
+                action=action,
                 value=reached,
                 severity=severity)
