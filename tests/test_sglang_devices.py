@@ -98,3 +98,20 @@ def test_musa_port_lines_read_as_on_cuda(tmp_path):
     assert rep["observed"]["kv_tokens"] == 1012736 and row(rep, "kv_cache")["gib"] == 46.36
     assert rep["config"]["kv_cache_dtype"] == "torch.bfloat16"
     assert row(rep, "weights")["gib"] == 15.82 and row(rep, "free")["gib"] == 15.16
+
+
+def test_the_capacity_sglang_read_from_torch_is_the_gpu_total(tmp_path):
+    """Where nvidia-smi reports no capacity (a GB10), SGLang's main process says what torch
+    reported, in MiB: that is the GPU total the log states (124546 / 1024 = 121.63 GiB), read
+    before server_args without opening a start-up of its own."""
+    log = write_log(tmp_path, "\n".join([
+        "[2026-08-01 23:37:38] Failed to get GPU memory capacity from nvidia-smi. Falling back to torch.cuda.mem_get_info(). "
+        "Reported total GPU memory per device (MiB): [124546], using min: 124546 MiB.",
+        "[2026-08-01 23:37:40] server_args=ServerArgs(model_path='org/Model-30B', tp_size=1, mem_fraction_static=0.8)",
+        "[2026-08-01 23:38:02] Load weight begin. avail mem=115.36 GB",
+        "[2026-08-01 23:40:10] Load weight end. type=Qwen3MoeForCausalLM, dtype=torch.bfloat16, avail mem=96.12 GB, mem usage=19.24 GB.",
+    ]) + "\n")
+    rep = report(log)
+    assert rep["gpu"]["total_gib"] == 121.63 and len(rep["source"]["all_launches"]) == 1
+    assert "total printed by the log (line 1)" in rep["gpu"]["total_derivation"]
+    assert row(rep, "framework")["gib"] == 6.27  # 121.63 − 115.36

@@ -338,6 +338,18 @@ class KernelCacheNote(SGLangFact):
 
 
 @frozen_fact
+class DeviceCapacity(SGLangFact):
+    """Where nvidia-smi reports no capacity (a GB10 shows N/A), SGLang falls back to torch and says
+    what it read: `Reported total GPU memory per device (MiB): [124546], using min: 124546 MiB.`
+    (mem_get_info's total // 2^20 per device, then the least): the GPU total the log states."""
+
+    KEYWORDS: ClassVar[tuple[str, ...]] = ("Reported total GPU memory per device",)
+    RANK_NEUTRAL: ClassVar[bool] = True  # the main process prints it while sizing its defaults
+    per_device_mib: tuple[int, ...]
+    total_mib: int
+
+
+@frozen_fact
 class ChildFailed(SGLangFact):
     """A parent noticing that a child died: SGLang's `Received sigquit from a child process. It
     usually means the child failed.` — always a consequence. Only SGLang prints it (its launcher's

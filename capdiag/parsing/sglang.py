@@ -281,6 +281,10 @@ class _Lines(Transformer):
     def kernel_cache(self, _):
         return (F.KernelCacheNote, {})
 
+    def device_capacity(self, items):
+        totals = [int(t) for t in items if isinstance(t, Token) and t.type == "INT"]
+        return (F.DeviceCapacity, {"per_device_mib": tuple(totals[:-1]), "total_mib": totals[-1]})
+
     def cli_arg(self, items):
         return cli_option(items)
 

@@ -46,7 +46,8 @@ def identity(kb):
     yield Derived("gpu", "identity", detail, "gpu.identity", tuple(specs) + tuple(named_by[:4]), formula, detail)
 
 
-@rule("gpu.total", reads=(F.GpuTotal, F.SmiGpu, F.SmiMigDevice, F.VllmMemoryProfile, F.VllmStartupMemory, F.OutOfMemory, F.GpuSpec,
+@rule("gpu.total", reads=(F.GpuTotal, F.SmiGpu, F.SmiMigDevice, F.VllmMemoryProfile, F.VllmStartupMemory, F.OutOfMemory,
+                        F.DeviceCapacity, F.GpuSpec,
                         F.LoadWeightBegin, F.VllmInitialFree, "gpu:identity"), concludes=("gpu:total_gib",))
 def total(kb):
     """What it concludes: `gpu.total_gib`: the GPU's total memory in GiB, and where the figure comes
@@ -55,7 +56,8 @@ def total(kb):
     How: `--gpu-total-gib`, a MIG instance's memory (nvidia-smi's `MIG devices:` table: a process
     on an instance sees its slice, not the parent GPU; instances of different sizes leave it
     unknown), nvidia-smi's memory.total, a total the log prints (vLLM's profiling
-    record or `Free memory on device (F/T GiB)`, PyTorch's out-of-memory message), then the
+    record or `Free memory on device (F/T GiB)`, PyTorch's out-of-memory message, SGLang's
+    `Reported total GPU memory per device (MiB): […], using min: M MiB`), then the
     reference's observed nvidia-smi total for the identified GPU, then nvidia-smi's memory.used +
     memory.free (the documented query has no total column; the driver's reserved memory is in
     neither figure, so this is a little under memory.total — said so), and only then the reference's
@@ -95,6 +97,7 @@ def total(kb):
                if "total_gpu_memory_gib" in p.values]
     printed += [(s, s.total_gib) for s in kb.of(F.VllmStartupMemory, role=None) if s.total_gib is not None]
     printed += [(o, o.total_capacity_gib) for o in kb.of(F.OutOfMemory, role=None) if o.total_capacity_gib is not None]
+    printed += [(c, gib(c.total_mib / 1024)) for c in kb.of(F.DeviceCapacity, role=None)]
     printed = [(fact, value) for fact, value in printed if value > 0]  # a total of 0 is no GPU's
     if printed:
         fact, value = printed[0]
