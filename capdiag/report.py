@@ -176,7 +176,6 @@ def build(a: Analysis) -> dict[str, Any]:
         concurrency.append({"request_tokens": d.key, "token_limit": d.detail.get("token_limit"),
                             "request_limit": d.detail.get("request_limit"), "max_concurrent": _value(d),
                             "binding": d.detail.get("binding"), "upper_bound": d.detail.get("upper_bound", False),
-                            **({"upper_bound_why": d.detail["upper_bound_why"]} if "upper_bound_why" in d.detail else {}),
                             "per_dp_worker": d.detail.get("per_dp_worker", False),
                             **({"state_limit": d.detail["state_limit"]} if "state_limit" in d.detail else {}),
                             "longer_than_context": d.detail.get("longer_than_context", False),

@@ -6,10 +6,6 @@ from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import context_of, line_ref, request_lengths
 from capdiag.memory.sglang import MAMBA_SLOTS_PER_REQUEST
 
-# why a row's concurrency is an upper bound (the report's footnote under the table)
-NO_REQUEST_LIMIT = "the log does not state the request limit"
-MAMBA_STATE = "each request also holds Mamba state blocks that the token count leaves out (a hybrid model)"
-
 
 @rule("concurrency", frameworks=("sglang",),
       reads=(F.Options, F.TokenBudget, F.MambaCacheAllocated, "config:dp_size", "config:context_len?",
@@ -69,7 +65,6 @@ def limits(pool_tokens: int, requests, length: int, dp) -> tuple[int, str, dict]
     formula = (f"min({pool_tokens} // {length} = {tokens}, max_running_requests {requests})" if both else
                f"{pool_tokens} // {length} = {tokens}; max_running_requests not printed, so an upper bound")
     detail = {"token_limit": tokens, "request_limit": requests, "upper_bound": not both,
-              **({} if both else {"upper_bound_why": NO_REQUEST_LIMIT}),
               "binding": ("tokens" if not both or tokens < requests else
                           "requests" if requests < tokens else "both")}
     if isinstance(dp, int) and dp > 1:

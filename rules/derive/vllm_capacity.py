@@ -4,7 +4,7 @@ from __future__ import annotations
 from capdiag import facts as F
 from capdiag.engine import Derived, Unknown, rule
 from capdiag.rules._common import context_of, line_ref, request_lengths
-from capdiag.rules.derive.concurrency import MAMBA_STATE, NO_REQUEST_LIMIT, refused
+from capdiag.rules.derive.concurrency import refused
 from capdiag.vocabulary import implied_bytes_per_token
 
 
@@ -87,7 +87,7 @@ def bytes_per_token(kb):
 
 
 @rule("vllm.concurrency", frameworks=("vllm",),
-      reads=(F.Options, F.VllmHybridBlockSize, "kv_pool:tokens", "config:max_running_requests", "config:max_model_len?",
+      reads=(F.Options, "kv_pool:tokens", "config:max_running_requests", "config:max_model_len?",
              "config:context_len?"),
       concludes=("concurrency",))
 def concurrency(kb):
@@ -98,11 +98,7 @@ def concurrency(kb):
     keeps its arithmetic and says such a request is refused): token limit = KV tokens // L; request limit = max_num_seqs where
     the log states it (its default depends on release and GPU, so it is not assumed); concurrent
     requests = the smaller, or the token limit as an upper bound when the request limit is unknown.
-    vLLM's own `Maximum concurrency` line is shown beside it as a check. A hybrid model (vLLM
-    set its attention block size to fit the Mamba page: `Setting attention block size to N
-    tokens`) keeps each request's Mamba state in blocks of the same cache, which the token count
-    leaves out: the token limit is then an upper bound, and where it is not below max_num_seqs
-    which of the two binds is not known.
+    vLLM's own `Maximum concurrency` line is shown beside it as a check.
 
     Example: 97,728 tokens // 8192 = 11 requests; vLLM prints `Maximum concurrency for 8,192 tokens
     per request: 11.93x`."""
@@ -111,7 +107,6 @@ def concurrency(kb):
     seqs, context = kb.get("config", "max_running_requests"), context_of(kb)
     if tokens_d is None:
         return
-    hybrid = kb.first(F.VllmHybridBlockSize, role=None)
     for length in lengths:
         if not tokens_d.known:
             yield Derived("concurrency", length, Unknown(tokens_d.value.reason), "vllm.concurrency", (tokens_d,))
@@ -121,18 +116,13 @@ def concurrency(kb):
         value = min(token_limit, requests) if requests is not None else token_limit
         formula = (f"min({tokens_d.value} // {length} = {token_limit}, max_num_seqs {requests})" if requests is not None
                    else f"{tokens_d.value} // {length} = {token_limit}; max_num_seqs not stated, so an upper bound")
-        binding = ("tokens" if requests is None or token_limit < requests else
-                   "requests" if requests < token_limit else "both")
-        if hybrid is not None:
-            formula += ("; each request also holds Mamba state blocks the token count leaves out (a hybrid model, "
-                        f"{line_ref(hybrid)}), so the token limit is an upper bound")
-            binding = "tokens" if requests is None or token_limit < requests else None
-        why = [w for w, holds in ((NO_REQUEST_LIMIT, requests is None), (MAMBA_STATE, hybrid is not None)) if holds]
-        detail = {"token_limit": token_limit, "request_limit": requests, "binding": binding,
-                  "upper_bound": bool(why), **({"upper_bound_why": "; ".join(why)} if why else {})}
+        detail = {"token_limit": token_limit, "request_limit": requests,
+                  "binding": ("tokens" if requests is None or token_limit < requests else
+                              "requests" if requests < token_limit else "both"),
+                  "upper_bound": requests is None}
         formula, detail = refused(formula, detail, length, context)
         yield Derived("concurrency", length, value, "vllm.concurrency",
-                      tuple(p for p in (tokens_d, seqs, hybrid) if p is not None), formula, detail)
+                      tuple(p for p in (tokens_d, seqs) if p is not None), formula, detail)
 
 
 @rule("vllm.concurrency-check", frameworks=("vllm",),
