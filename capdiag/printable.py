@@ -4,10 +4,11 @@ A log line, a path or a baseline entry may hold control characters: ESC sequence
 a terminal's cursor or set its title, CR and BS that overwrite what was printed, C1 controls,
 bidirectional overrides that reorder what a reader sees, lone surrogates that no encoder
 writes, and characters XML 1.0 forbids. Every one is shown as a visible escape (`\\x1b`,
-`\\u202e`) instead. Newline and tab stay where the format lays them out itself (JSON and the
-workflow commands escape them, markdown folds them into a space); in the plain-text report a
-newline inside a value is shown as `\\n`, so no value from the input starts a line of its own
-(a CI runner reads `::error::` at a line's start as a command). Markup is each format's own escaping
+`\\u202e`) instead. Newline and tab stay where the format lays them out itself in JSON (which
+escapes them) and the workflow commands; in every other document — text, markdown, HTML, the
+diff, the plan, the trace — a newline inside a value is shown as `\\n`, so no value from the
+input starts a line of its own (a CI runner reads `::error::` at a line's start as a command,
+whatever document was printed). Markup is each format's own escaping
 (Jinja's autoescape, the markdown filter, the XML and JSON serialisers); this is the layer
 under it, applied to the data every renderer receives and to every text written out.
 """

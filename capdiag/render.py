@@ -80,7 +80,7 @@ def render_pieces(report: dict[str, Any], fmt: str, color: bool = False, width: 
     """render() a piece at a time, for writing as it goes: the JSON report is encoded as it is
     written, never held whole (for 10,000 ranks it is tens of MB, and json.dumps with an
     indent holds every one of its millions of fragments in a list before joining them)."""
-    report = printable_data(report, lines=fmt != "text")
+    report = printable_data(report, lines=fmt == "json")
     if fmt != "json":
         text = _env().get_template(f"{fmt}.j2").render(r=report, color=color, width=width)
         yield for_terminal(text, width, color) if fmt == "text" else text
@@ -91,17 +91,17 @@ def render_pieces(report: dict[str, Any], fmt: str, color: bool = False, width: 
 
 def render_notebook(report: dict[str, Any]) -> str:
     """The report as a notebook cell shows it: an HTML fragment, every input escaped."""
-    return _env().get_template("html_notebook.j2").render(r=printable_data(report))
+    return _env().get_template("html_notebook.j2").render(r=printable_data(report, lines=False))
 
 
 def render_trace(rows: list[dict[str, Any]], width: int = DEFAULT_WIDTH) -> str:
     """One block per firing, in order: rule → conclusion, its inputs; then the rules asked
     about that did not fire, with what they needed (report.trace_rows)."""
-    return wrap(_env().get_template("trace.j2").render(rows=printable_data(rows), width=width), width)
+    return wrap(_env().get_template("trace.j2").render(rows=printable_data(rows, lines=False), width=width), width)
 
 
 def render_plan(report: dict[str, Any], fmt: str) -> str:
-    report = printable_data(report)
+    report = printable_data(report, lines=fmt == "json")
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     return _env().get_template("plan.md.j2" if fmt == "markdown" else "plan.txt.j2").render(p=report)
@@ -109,7 +109,7 @@ def render_plan(report: dict[str, Any], fmt: str) -> str:
 
 def render_diff(report: dict[str, Any], fmt: str, width: int = DEFAULT_WIDTH) -> str:
     """The diff document; its text laid out and wrapped to `width` columns."""
-    report = printable_data(report)
+    report = printable_data(report, lines=fmt == "json")
     if fmt == "json":
         return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     if fmt == "markdown":

@@ -721,3 +721,20 @@ def test_no_value_from_the_log_starts_a_line_of_the_text_report(tmp_path, monkey
     _clean_exit(code, out, err, allowed=(0,))
     assert "pwned" in out and not any(line.lstrip().startswith("::") for line in out.splitlines())
     assert "m\\n::error::pwned" in out
+
+
+@pytest.mark.parametrize("args", [("explain", "--format", "markdown"), ("explain", "--format", "html"),
+                                  ("explain", "--trace"), ("diff",), ("diff", "--format", "markdown")],
+                         ids=["markdown", "html", "trace", "diff", "diff-markdown"])
+def test_no_value_from_the_log_starts_a_line_of_any_document(args, tmp_path, monkeypatch, capsys):
+    """Whatever a CI step prints — the HTML or markdown report, the trace, a diff — a newline
+    inside a value from the log is shown as `\\n`: none starts a line with a workflow command.
+    (JSON escapes it itself; the github format writes its own escaped commands.)"""
+    text = _sub(TEXT, "model_path='meta-llama/Llama-3.1-8B-Instruct'",
+                "model_path='m\\n::error::pwned\\n::add-mask::x'")
+    evil = _log(tmp_path, text)
+    paths = (evil, _log(tmp_path, TEXT, "plain.log")) if args[0] == "diff" else (evil,)
+    code, out, err = run_entry(monkeypatch, capsys, args[0], *paths, *args[1:])
+    _clean_exit(code, out, err, allowed=(0, 1))
+    printed = out + err
+    assert "pwned" in printed and not any(line.lstrip().startswith("::") for line in printed.splitlines())
