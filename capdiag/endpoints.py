@@ -55,7 +55,10 @@ class Server:
             if not parsed.host:
                 raise httpx.InvalidURL("no host")
         except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
-            raise InputError(f"{public_url(url)}: not a valid URL ({_reason(exc)})") from None
+            # the parser's reason quotes the piece it choked on, which may be the password's
+            said = "its parser's reason is not shown: it may quote the credentials" if _USERINFO.search(url) \
+                else _reason(exc)
+            raise InputError(f"{public_url(url)}: not a valid URL ({said})") from None
         auth = (parsed.username, parsed.password) if parsed.username or parsed.password else None
         self.url = str(parsed.copy_with(username=None, password=None))
         self.timeout = timeout
@@ -133,7 +136,10 @@ def _printable(text: str) -> bool:
     return all(" " <= ch <= "~" or ch == "\t" for ch in text)
 
 
-_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+# the credentials of a URL: all before its last `@` ahead of any query or fragment — a password
+# may hold `/` or a space a user did not percent-encode, so the authority's own end is no bound
+# (a path's `@` hides the host as well, which errs on the safe side)
+_USERINFO = re.compile(r"(?<=://)[^?#]*@")
 
 
 def public_url(url: str) -> str:

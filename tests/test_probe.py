@@ -392,6 +392,19 @@ def test_credentials_in_the_url_are_sent_never_shown(serve):
     assert "pa55word" not in str(refused.value) and "none of /metrics answers" in str(refused.value)
 
 
+@pytest.mark.parametrize("url", ["http://admin:pa/ss@127.0.0.1:18399", "http://admin:pass word@[::1",
+                                 "http://admin:s3cr3t@[::1", "https://u:p@ss@host:9x"])
+def test_a_password_that_breaks_the_url_is_shown_in_no_error(url):
+    """A password with `/`, a space or `@` the user did not percent-encode makes the URL one the
+    parser refuses — and its reason quotes the piece it choked on (`Invalid port: 'pa'`)."""
+    with pytest.raises(InputError) as refused:
+        analyse_probe(url, interval=0)
+    said = str(refused.value)
+    password = url.split("://", 1)[1].rsplit("@", 1)[0].split(":", 1)[1]
+    pieces = password.replace("/", " ").replace("@", " ").split()
+    assert "***@" in said and password not in said and not any(f"'{piece}" in said for piece in pieces), said
+
+
 class _Redirect(_Handler):
     target = ""
 
