@@ -24,8 +24,10 @@ VALUED = (("CAPDIAG_POLICY", "--policy"), ("CAPDIAG_BASELINE", "--baseline"), ("
           ("CAPDIAG_DEPLOYMENT", "--deployment"), ("CAPDIAG_GPU", "--gpu"),
           ("CAPDIAG_NVIDIA_SMI_FILE", "--nvidia-smi-file"), ("CAPDIAG_CONFIG_JSON", "--config-json"),
           ("CAPDIAG_FRAMEWORK", "--framework"), ("CAPDIAG_TARGET_RANK", "--target-rank"))
-# options the action sets itself: `args` may not override where the reports go or how they read
-OWN = ("--format", "--output", "-o", "--repo-root", "--sarif-root")
+# options the action sets itself: `args` may not override where the reports go or how they read,
+# nor make the gate's exit say anything but its verdict (exit-zero is an input of its own, applied
+# after the verdict is read; help prints no verdict at all)
+OWN = ("--format", "--output", "-o", "--repo-root", "--sarif-root", "--exit-zero", "-h", "--help")
 
 
 def _escape(text: str) -> str:
@@ -97,7 +99,9 @@ def _options() -> list[str]:
     extra = _words(os.environ.get("CAPDIAG_ARGS", ""))
     if extra and not extra[0].startswith("-"):
         _fail(f"args must be options (they start with -), not {extra[0]!r}: give logs in the logs input")
-    for name in (word.split("=", 1)[0] for word in extra if word.startswith("-")):
+    for word in (word for word in extra if word.startswith("-")):
+        # a short option may carry its value joined (`-oann.log`): its first two characters name it
+        name = word.split("=", 1)[0] if word.startswith("--") else word[:2]
         if name == "--" or name in OWN:
             _fail(f"args may not contain {name!r}: the action sets it")
     return options + extra + ["--repo-root", os.environ.get("GITHUB_WORKSPACE") or os.getcwd()]

@@ -156,6 +156,11 @@ def test_side_inputs_and_args_reach_the_gate(tmp_path):
     assert done.returncode == 2 and outputs == {"verdict": "error"}
     for args, message in (("--format json", "args may not contain '--format': the action sets it"),
                           ("-- logs/x.log", "args may not contain '--': the action sets it"),
+                          # a short option with its value joined swallowed every annotation
+                          ("-oann.log", "args may not contain '-o': the action sets it"),
+                          # either made a failing gate exit 0 and write verdict=pass
+                          ("--exit-zero", "args may not contain '--exit-zero': the action sets it"),
+                          ("-h", "args may not contain '-h': the action sets it"),
                           ("logs/x.log", "args must be options (they start with -), not 'logs/x.log': "
                                          "give logs in the logs input")):
         done, _, outputs = run_action(workspace, logs="logs/single_gpu_ready.log", args=args)
