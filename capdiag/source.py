@@ -371,7 +371,11 @@ def open_log(log: LogInput) -> tuple[IO[bytes], str, bool]:
 
 def open_input(path: str) -> IO[bytes]:
     """Open a path or `-` (stdin) for binary reading, decompressed when it is gzip data (told by
-    its magic bytes, not its name: a .gz piped in is read too); InputError on failure."""
+    its magic bytes, not its name: a .gz piped in is read too); InputError on failure. A path is a
+    str or path object: an int would be taken by open() as a file descriptor (the caller's stdout,
+    closed after)."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bool):
+        raise InputError(f"a file is given by its path (a str or a path object), not {type(path).__name__}")
     if path == "-":
         if sys.stdin is None:
             raise InputError("standard input is closed")

@@ -2,6 +2,8 @@
 CLI prints exactly what the API returns."""
 from __future__ import annotations
 
+import os
+
 import doctest
 import json
 import re
@@ -85,12 +87,18 @@ def test_a_text_stream_and_bytes_read_like_the_file():
     (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, tp=-2), "tp=-2: a whole number ≥ 1"),
     (lambda: capdiag.plan(params="8B", layers=32, kv_heads=8, head_dim=128, contexts=[-1]), "contexts=-1"),
     (lambda: capdiag.plan(params="8B", layers=float("nan"), kv_heads=8, head_dim=128), "layers=nan"),
+    # an int is no path: open() would take it as a file descriptor (1: the caller's stdout, closed after)
+    (lambda: capdiag.explain(EXAMPLE_LOG, config_json=1), "a file is given by its path"),
+    (lambda: capdiag.explain(EXAMPLE_LOG, nvidia_smi=1), "a file is given by its path"),
+    (lambda: capdiag.gate([EXAMPLE_LOG], policy=1), "a file is given by its path"),
+    (lambda: capdiag.gate([EXAMPLE_LOG], baseline=1), "a file is given by its path"),
 ])
 def test_the_api_refuses_what_the_cli_refuses(call, message):
     """The same refusal as the CLI's, naming the option as the parameter it is from Python."""
     with pytest.raises(InputError) as refused:
         call()
     assert message in str(refused.value)
+    os.fstat(1)  # the process's stdout is still open
 
 
 @pytest.mark.parametrize("args, message", [
