@@ -590,3 +590,20 @@ def test_a_metrics_file_is_read_bounded(tmp_path, monkeypatch, capsys):
     packed.write_bytes(gzip.compress((CASES / "vllm-v0110.metrics.txt").read_bytes()))
     code, out, _ = run_entry(monkeypatch, capsys, "probe", "--metrics-file", str(packed), "--format", "json")
     assert code == 0 and json.loads(out)["kv_pool"]["tokens"] == 38944
+
+
+@pytest.mark.parametrize("change", ["drop", "NaN"])
+def test_an_engine_without_a_kv_gauge_beside_one_with_it(change, tmp_path):
+    """A data-parallel scrape where engine 1 gives no KV usage (the gauge missing, or NaN, which
+    is left out): the engines' lines merge with that figure unprinted — it was a TypeError."""
+    lines = []
+    for line in (CASES / "vllm-v1-dp2.metrics-1.txt").read_text().splitlines():
+        if line.startswith('vllm:kv_cache_usage_perc{') and 'engine="1"' in line:
+            if change == "drop":
+                continue
+            line = line.rsplit(" ", 1)[0] + " NaN"
+        lines.append(line)
+    scrape = tmp_path / "scrape.txt"
+    scrape.write_text("\n".join(lines) + "\n")
+    runtime = build(analyse_probe(metrics_files=(str(scrape),)))["runtime"]
+    assert runtime["kv_usage"]["peak"] == 0.72 and runtime["lines"] == 2

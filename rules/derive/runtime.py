@@ -334,6 +334,17 @@ def _whole(x: float) -> float | int:
     return int(x) if float(x).is_integer() else x
 
 
+def _most(a, b):
+    """The larger of two figures, either of which may be unprinted (None): an engine of a
+    scrape may give no KV gauge while another does."""
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _sample_order(sample: tuple) -> tuple:
+    usage = sample[0]
+    return (usage is not None, usage or 0.0, *sample[1:])
+
+
 def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
     """All ranks' lines as one summary: counts add, peaks and ranges take the extremes, the
     series joins by time (a point's figures are the largest any rank printed then)."""
@@ -345,7 +356,7 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
     for s in summaries:
         for t, u, r, q in s.series:
             old = points.get(t)
-            points[t] = (t, u, r, q) if old is None else (t, max(old[1], u), max(old[2], r), max(old[3], q))
+            points[t] = (t, u, r, q) if old is None else (t, _most(old[1], u), _most(old[2], r), _most(old[3], q))
     lows = [s.throughput[0] for s in summaries if s.throughput[0] is not None]
     highs = [s.throughput[1] for s in summaries if s.throughput[1] is not None]
     preempted = [s.preemptions for s in summaries if s.preemptions is not None]
@@ -357,7 +368,8 @@ def merged(summaries: list[F.TrafficSummary]) -> F.TrafficSummary:
         evidence=first.evidence, framework=first.framework, lines=sum(s.lines for s in summaries),
         first_time=named.first_time if named else min((s.first_time for s in summaries if s.first_time), default=""),
         last_time=named.last_time if named else max((s.last_time for s in summaries if s.last_time), default=""),
-        samples=tuple(sorted((*k, n) for k, n in samples.items())), peak_queue=max(s.peak_queue for s in summaries),
+        samples=tuple(sorted(((*k, n) for k, n in samples.items()), key=_sample_order)),
+        peak_queue=max(s.peak_queue for s in summaries),
         throughput=(min(lows) if lows else None, max(highs) if highs else None),
         context_tokens=sum(s.context_tokens for s in summaries), context_requests=sum(s.context_requests for s in summaries),
         prompt_tokens=sum(s.prompt_tokens for s in summaries), prompt_requests=sum(s.prompt_requests for s in summaries),
