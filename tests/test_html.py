@@ -188,6 +188,10 @@ def check_page(report: dict, html: str) -> DomParser:
     table = doc.find_all("table", "rank-memory")
     if report["ranks"] and any(rk["segments"] for rk in report["ranks"]):
         assert table and len(table[0].find_all("tbody")[0].find_all("tr")) == len(report["ranks"])
+        # the caption explains only a column the table has (SGLang's breakdown has no `unstated`)
+        headings = " ".join(th.all_text() for th in table[0].find_all("thead")[0].find_all("th"))
+        caption = table[0].find_all("caption")[0].all_text()
+        assert all(named in headings for named in re.findall("“([^”]+)”", caption)), (caption, headings)
 
     # findings: grouped by severity, each a <details> whose log evidence links to the excerpt line
     details = doc.find_all("details", "finding")
